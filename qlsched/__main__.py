@@ -1,0 +1,5 @@
+"""``python -m qlsched``."""
+
+from qlsched.cli import main
+
+raise SystemExit(main())

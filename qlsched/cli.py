@@ -1,0 +1,105 @@
+"""The command line: ``python -m qlsched COMMAND`` (also the ``qlsched`` console script).
+
+Each command lives in ``qlsched.commands.<name>`` and is imported only when chosen, so
+``qlsched next`` never loads asyncpg. Every command returns an exit code; expected failures
+(bad config, unreachable database, invalid file) print one line to stderr, never a traceback.
+Exit codes: 0 ok, 1 failed or not ready, 2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, str] = {
+    "demo": "an embedded cluster of replicas, one crashed, verified exactly once",
+    "init-db": "create the database, roles and schema (superuser DSN)",
+    "migrate": "apply pending schema migrations",
+    "check": "schema readiness report (exit 1 when not ready)",
+    "publish": "publish projects, tasks and triggers from a TOML file (admin DSN)",
+    "run": "run one cluster-control replica (runtime DSN)",
+    "status": "schedules, claims, lag, backlog and recent runs (observer DSN)",
+    "next": "preview the next fire times of a cron expression",
+    "bench": "the project's benchmark, with the same-run pgbench ceiling",
+}
+
+
+def _add_database_options(p: argparse.ArgumentParser, *, role: str) -> None:
+    p.add_argument("--dsn", help=f"PostgreSQL DSN ({role}); default: the embedded database")
+    p.add_argument("--config", help="a TOML config file (also QLSCHED_CONFIG)")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+    p.add_argument("--data-dir", help="data directory of the embedded database")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qlsched",
+        description="A clustered cron scheduler on PostgreSQL: exactly one Run per occurrence.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subs = {name: sub.add_parser(name, help=text, description=text) for name, text in COMMANDS.items()}
+
+    p = subs["demo"]
+    p.add_argument("--replicas", type=int, default=3, help="replica processes (default 3)")
+    p.add_argument("--seconds", type=int, default=30, help="how long to run (default 30)")
+    p.add_argument("--dsn", help="a superuser DSN to use instead of the embedded database")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+
+    p = subs["init-db"]
+    p.add_argument("--dsn", help="superuser DSN (default: the embedded database)")
+    p.add_argument("--database", default="qlsched", help="database to create (default qlsched)")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+    p.add_argument("--data-dir", help="data directory of the embedded database")
+
+    for name in ("migrate", "check"):
+        _add_database_options(subs[name], role="superuser or migration owner")
+        subs[name].add_argument("--lease-ms", type=int, help="the lease readiness compares against")
+    subs["check"].add_argument("--json", action="store_true", help="one JSON object")
+
+    p = subs["publish"]
+    p.add_argument("file", help="the publish file (TOML)")
+    p.add_argument("--prune", action="store_true", help="disable triggers missing from the file")
+    _add_database_options(p, role="admin")
+
+    p = subs["run"]
+    _add_database_options(p, role="runtime")
+    p.add_argument("--owner", help="this replica's owner name (default HOST-PID)")
+    p.add_argument("--claim-budget", type=int, help="rows claimed per round (1..256, default 16)")
+    p.add_argument("--lease-ms", type=int, help="claim lease (default 30000)")
+    p.add_argument("--cadence-ms", type=int, help="round cadence (default 1000)")
+    p.add_argument("--stop-timeout-ms", type=int, help="drain deadline on stop (default 10000)")
+    p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules")
+    p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
+
+    p = subs["status"]
+    _add_database_options(p, role="observer")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+    p = subs["next"]
+    p.add_argument("expression", metavar="EXPR", help="cron expression (5 or 6 fields, or @daily)")
+    p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
+    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+
+    p = subs["bench"]
+    p.add_argument("--triggers", type=int, default=10_000)
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--dsn", help="superuser DSN (default: an embedded database)")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module("qlsched.commands." + args.command.replace("-", "_"))
+    try:
+        code: int = module.main(args)
+    except KeyboardInterrupt:
+        print("qlsched: interrupted", file=sys.stderr)
+        return 130
+    return code

@@ -1,0 +1,147 @@
+"""Decisions and store outcomes as closed unions of frozen msgspec Structs.
+
+Each variant carries an explicit snake_case ``tag`` under ``tag_field="outcome"``: the tag is
+a code that survives renames and doubles as the diagnostic ``code`` and the metric label.
+Callers ``match`` on the variant and end with ``assert_never`` so mypy flags a missed case.
+Outcomes of the store are values, never exceptions: a lost race is normal operation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+import msgspec
+
+# --- decisions (core.decide) -------------------------------------------------------------
+
+
+class _Decision(msgspec.Struct, frozen=True, tag_field="outcome"):
+    pass
+
+
+class Initialize(_Decision, tag="initialize"):
+    """The cursor was NULL (new or re-published revision): set it, create no Run."""
+
+    next_ms: int
+
+
+class NotDue(_Decision, tag="not_due"):
+    """``now < cursor``: release the claim untouched."""
+
+
+class Fire(_Decision, tag="fire"):
+    """Admit exactly one Run for ``scheduled_for_ms`` (always the durable cursor)."""
+
+    scheduled_for_ms: int
+    next_ms: int
+    coalesced: int = 0
+    """Occurrences in ``(cursor, now]`` passed over and not run (counted, never replayed)."""
+
+
+class Skip(_Decision, tag="skip"):
+    """Misfire past the grace under policy ``skip``: advance the cursor, create no Run."""
+
+    next_ms: int
+    skipped: int
+    """Occurrences in ``[cursor, now]`` skipped by policy (at least 1)."""
+
+
+Decision = Initialize | NotDue | Fire | Skip
+
+# --- outcomes of the store (claim-scoped writes) -----------------------------------------
+
+FencePart = Literal["owner", "token", "version", "expiry", "state", "missing"]
+RevisionPart = Literal["trigger", "task", "execution", "cursor"]
+DigestPart = Literal["trigger", "task", "execution", "executor"]
+InactiveReason = Literal["project_archived", "trigger_disabled", "project_missing"]
+
+
+class _Outcome(msgspec.Struct, frozen=True, tag_field="outcome"):
+    project_id: str
+    trigger_id: str
+
+
+class Admitted(_Outcome, tag="admitted"):
+    """A queued Run, its claimed Attempt, two events and the cursor committed together."""
+
+    run_id: uuid.UUID
+    attempt_id: uuid.UUID
+    scheduled_for_ms: int
+    idempotency_key: str
+    admitted_at_ms: int
+
+
+class Initialized(_Outcome, tag="initialized"):
+    next_ms: int
+
+
+class Skipped(_Outcome, tag="skipped"):
+    next_ms: int
+    skipped: int
+
+
+class Released(_Outcome, tag="released"):
+    """The claim was cleared under its fence without touching the cursor."""
+
+
+class FenceLost(_Outcome, tag="fence_lost"):
+    """The claim no longer holds; ``part`` names the first fence part that failed."""
+
+    part: FencePart
+
+
+class RevisionChanged(_Outcome, tag="revision_changed"):
+    part: RevisionPart
+
+
+class DigestInvalid(_Outcome, tag="digest_invalid"):
+    """Fail closed: a content digest or the pinned execution revision does not verify."""
+
+    part: DigestPart
+
+
+class Inactive(_Outcome, tag="inactive"):
+    reason: InactiveReason
+
+
+class CommitUnknown(_Outcome, tag="commit_unknown"):
+    """The connection was lost while the write may have committed: never re-admitted here."""
+
+    exception: str
+
+
+class RetryExhausted(_Outcome, tag="retry_exhausted"):
+    """Serialization failures or deadlocks outlasted the retry budget or the lease."""
+
+    attempts: int
+    sqlstate: str
+
+
+class StoreFailed(_Outcome, tag="store_failed"):
+    """Any other database error: classified, never echoed (no driver message)."""
+
+    sqlstate: str | None
+    exception: str
+
+
+Outcome = (
+    Admitted
+    | Initialized
+    | Skipped
+    | Released
+    | FenceLost
+    | RevisionChanged
+    | DigestInvalid
+    | Inactive
+    | CommitUnknown
+    | RetryExhausted
+    | StoreFailed
+)
+
+
+def outcome_code(outcome: Outcome | Decision) -> str:
+    """The stable tag of a variant: the diagnostic code and the metric label."""
+    tag = type(outcome).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag

@@ -1,0 +1,36 @@
+"""The port the coordinator drives: claim, admit, initialize, skip, release.
+
+Implemented by the PostgreSQL adapter (``qlsched.postgres.store``) and by an in-memory store
+used only for Trio MockClock lifecycle tests; both pass one conformance suite. Every method
+returns typed outcomes; none raises for a lost race, a stale fence or a changed revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.outcomes import Outcome, Skip
+
+
+class ScheduleStore(Protocol):
+    async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
+        """Claim up to ``limit`` due or uninitialised rows, each under a fresh fence."""
+        ...
+
+    async def admit(self, fires: Sequence[FireRequest]) -> list[Outcome]:
+        """Admit a round's Fires together; one outcome per request, in request order."""
+        ...
+
+    async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
+        """Set the cursor of an uninitialised revision and clear the claim, under its fence."""
+        ...
+
+    async def skip(self, claim: Claim, decision: Skip) -> Outcome:
+        """Advance the cursor past a misfire, counting the skipped occurrences."""
+        ...
+
+    async def release(self, claim: Claim) -> Outcome:
+        """Clear the claim under its fence, leaving the cursor as it is."""
+        ...
