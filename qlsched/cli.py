@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="A clustered cron scheduler on PostgreSQL: exactly one Run per occurrence.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    subs = {name: sub.add_parser(name, help=text, description=text) for name, text in COMMANDS.items()}
+    subs = {
+        name: sub.add_parser(name, help=text, description=text) for name, text in COMMANDS.items()
+    }
 
     p = subs["demo"]
     p.add_argument("--replicas", type=int, default=3, help="replica processes (default 3)")

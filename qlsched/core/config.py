@@ -136,9 +136,7 @@ def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
     for name, (low, high) in BOUNDS.items():
         value = getattr(config, name)
         if not low <= value <= high:
-            raise ConfigError(
-                f"{name}={value} is out of bounds {low}..{high} (from {src(name)})"
-            )
+            raise ConfigError(f"{name}={value} is out of bounds {low}..{high} (from {src(name)})")
     if config.lease_ms <= config.stop_timeout_ms:
         raise ConfigError(
             f"lease_ms={config.lease_ms} must be greater than stop_timeout_ms="

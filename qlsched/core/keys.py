@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 
-from qlsched.core.outcomes import Fire
 from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.outcomes import Fire
 
 KEY_PREFIX = "ql3:cron:v1"
 

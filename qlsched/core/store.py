@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import msgspec
+
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.outcomes import Outcome, Skip
 
@@ -34,3 +36,29 @@ class ScheduleStore(Protocol):
     async def release(self, claim: Claim) -> Outcome:
         """Clear the claim under its fence, leaving the cursor as it is."""
         ...
+
+
+class ScheduleView(msgspec.Struct, frozen=True):
+    """One schedule row as status, ``/v1/schedules`` and metrics show it (database times)."""
+
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    active: bool
+    cron: str
+    timezone: str
+    next_fire_at_ms: int | None
+    last_scheduled_at_ms: int | None
+    claim_owner: str | None
+    claim_expires_at_ms: int | None
+    skipped_total: int
+    coalesced_total: int
+    now_ms: int
+
+
+class ScheduleReader(Protocol):
+    async def due_backlog(self) -> int:
+        """Active rows due now (database time), claimed or not: the backlog gauge."""
+        ...
+
+    async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]: ...
