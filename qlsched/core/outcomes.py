@@ -20,17 +20,17 @@ class _Decision(msgspec.Struct, frozen=True, tag_field="outcome"):
     pass
 
 
-class Initialize(_Decision, tag="initialize"):
+class Initialize(_Decision, frozen=True, tag="initialize"):
     """The cursor was NULL (new or re-published revision): set it, create no Run."""
 
     next_ms: int
 
 
-class NotDue(_Decision, tag="not_due"):
+class NotDue(_Decision, frozen=True, tag="not_due"):
     """``now < cursor``: release the claim untouched."""
 
 
-class Fire(_Decision, tag="fire"):
+class Fire(_Decision, frozen=True, tag="fire"):
     """Admit exactly one Run for ``scheduled_for_ms`` (always the durable cursor)."""
 
     scheduled_for_ms: int
@@ -39,7 +39,7 @@ class Fire(_Decision, tag="fire"):
     """Occurrences in ``(cursor, now]`` passed over and not run (counted, never replayed)."""
 
 
-class Skip(_Decision, tag="skip"):
+class Skip(_Decision, frozen=True, tag="skip"):
     """Misfire past the grace under policy ``skip``: advance the cursor, create no Run."""
 
     next_ms: int
@@ -62,7 +62,7 @@ class _Outcome(msgspec.Struct, frozen=True, tag_field="outcome"):
     trigger_id: str
 
 
-class Admitted(_Outcome, tag="admitted"):
+class Admitted(_Outcome, frozen=True, tag="admitted"):
     """A queued Run, its claimed Attempt, two events and the cursor committed together."""
 
     run_id: uuid.UUID
@@ -72,53 +72,53 @@ class Admitted(_Outcome, tag="admitted"):
     admitted_at_ms: int
 
 
-class Initialized(_Outcome, tag="initialized"):
+class Initialized(_Outcome, frozen=True, tag="initialized"):
     next_ms: int
 
 
-class Skipped(_Outcome, tag="skipped"):
+class Skipped(_Outcome, frozen=True, tag="skipped"):
     next_ms: int
     skipped: int
 
 
-class Released(_Outcome, tag="released"):
+class Released(_Outcome, frozen=True, tag="released"):
     """The claim was cleared under its fence without touching the cursor."""
 
 
-class FenceLost(_Outcome, tag="fence_lost"):
+class FenceLost(_Outcome, frozen=True, tag="fence_lost"):
     """The claim no longer holds; ``part`` names the first fence part that failed."""
 
     part: FencePart
 
 
-class RevisionChanged(_Outcome, tag="revision_changed"):
+class RevisionChanged(_Outcome, frozen=True, tag="revision_changed"):
     part: RevisionPart
 
 
-class DigestInvalid(_Outcome, tag="digest_invalid"):
+class DigestInvalid(_Outcome, frozen=True, tag="digest_invalid"):
     """Fail closed: a content digest or the pinned execution revision does not verify."""
 
     part: DigestPart
 
 
-class Inactive(_Outcome, tag="inactive"):
+class Inactive(_Outcome, frozen=True, tag="inactive"):
     reason: InactiveReason
 
 
-class CommitUnknown(_Outcome, tag="commit_unknown"):
+class CommitUnknown(_Outcome, frozen=True, tag="commit_unknown"):
     """The connection was lost while the write may have committed: never re-admitted here."""
 
     exception: str
 
 
-class RetryExhausted(_Outcome, tag="retry_exhausted"):
+class RetryExhausted(_Outcome, frozen=True, tag="retry_exhausted"):
     """Serialization failures or deadlocks outlasted the retry budget or the lease."""
 
     attempts: int
     sqlstate: str
 
 
-class StoreFailed(_Outcome, tag="store_failed"):
+class StoreFailed(_Outcome, frozen=True, tag="store_failed"):
     """Any other database error: classified, never echoed (no driver message)."""
 
     sqlstate: str | None
