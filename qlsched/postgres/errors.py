@@ -1,0 +1,95 @@
+"""Driver errors, classified once. Nothing else inspects asyncpg exceptions.
+
+A PostgreSQL error that the server reported means the statement (and its implicit
+transaction) did not commit: serialization failures and deadlocks may be retried while the
+lease has room; a unique violation is named by its constraint. A lost connection, a
+terminated backend or a client-side timeout during a write means the outcome is unknown:
+the caller reports CommitUnknown and never re-sends the write on another connection.
+No driver message is ever kept: it can echo row data.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import asyncpg
+
+
+class ErrorKind(enum.Enum):
+    RETRYABLE = "retryable"  # 40001 serialization_failure, 40P01 deadlock_detected
+    UNIQUE = "unique"  # 23505
+    CONSTRAINT = "constraint"  # other class 23, check/foreign key
+    TIMEOUT = "timeout"  # 57014 statement timeout, 55P03 lock_not_available
+    CONNECTION = "connection"  # lost connection or terminated backend: outcome unknown
+    OTHER = "other"
+
+
+RETRYABLE_STATES = frozenset({"40001", "40P01"})
+# Server-side session/backend ends: the reply may have been lost after a commit.
+CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006"})
+
+
+class SchemaNotReady(RuntimeError):
+    """Readiness failed: the lifecycle must not start. The message lists the findings."""
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database could not be reached or refused the login (message has no DSN)."""
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    state = getattr(exc, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def classify(exc: BaseException) -> ErrorKind:
+    state = sqlstate(exc)
+    if state is not None and isinstance(exc, asyncpg.PostgresError):
+        if state in RETRYABLE_STATES:
+            return ErrorKind.RETRYABLE
+        if state == "23505":
+            return ErrorKind.UNIQUE
+        if state.startswith("23"):
+            return ErrorKind.CONSTRAINT
+        if state in ("57014", "55P03"):
+            return ErrorKind.TIMEOUT
+        if state in CONNECTION_STATES:
+            return ErrorKind.CONNECTION
+        return ErrorKind.OTHER
+    if isinstance(
+        exc,
+        asyncpg.ConnectionDoesNotExistError
+        | asyncpg.InterfaceError
+        | ConnectionError
+        | OSError
+        | TimeoutError,
+    ):
+        return ErrorKind.CONNECTION
+    return ErrorKind.OTHER
+
+
+def constraint_name(exc: BaseException) -> str | None:
+    name = getattr(exc, "constraint_name", None)
+    return name if isinstance(name, str) else None
+
+
+def describe_connect_error(exc: BaseException) -> str:
+    """One safe line for a failed connect: the class of problem, never the DSN or password."""
+    state = sqlstate(exc)
+    if state == "28P01":
+        return "password authentication failed"
+    if state == "28000":
+        return "the server refused this role (authentication or pg_hba)"
+    if state == "3D000":
+        return "the database does not exist"
+    if state == "42501":
+        return "permission denied to connect to this database"
+    if state is not None and state.startswith("57P"):
+        return "the server is shutting down or starting up"
+    if isinstance(exc, OSError | ConnectionError):
+        return "cannot connect to the server (is it running, and is the address right?)"
+    if isinstance(exc, TimeoutError):
+        return "timed out connecting to the server"
+    if isinstance(exc, ValueError):
+        return "the DSN is not valid"
+    return f"cannot connect ({type(exc).__name__}{', SQLSTATE ' + state if state else ''})"

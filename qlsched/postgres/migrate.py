@@ -1,0 +1,162 @@
+"""The migration runner: numbered SQL files, checksummed, forward-only, safe to run twice.
+
+``schema/postgres/NNNN_name.sql`` are applied in order, each in its own transaction as
+``qlsched_owner``, under a session advisory lock, so two concurrent runners are safe: one
+applies, the other waits and then finds everything applied. The SHA-256 of each applied
+file is recorded; a file edited after it was applied, or missing, stops the runner, naming
+the file. ``bootstrap.sql`` (roles, database hardening, the schema and the ledger) runs
+first when the caller is a superuser; it is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+import msgspec
+
+from qlsched.postgres.pool import Connection
+from qlsched.postgres.queries import query
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+MIN_SERVER_VERSION = 150000
+
+
+class MigrationError(RuntimeError):
+    """The schema cannot be migrated; the message names the file or the cause."""
+
+
+class Migration(msgspec.Struct, frozen=True):
+    version: int
+    name: str
+    checksum: str
+    sql: str
+
+
+class RoleTimeouts(msgspec.Struct, frozen=True):
+    """The runtime role's timeouts; each must stay below the lease (readiness checks)."""
+
+    idle_in_transaction_ms: int = 5_000
+    lock_timeout_ms: int = 2_000
+    statement_timeout_ms: int = 10_000
+
+
+class MigrateReport(msgspec.Struct, frozen=True):
+    applied: list[str]
+    already: list[str]
+    bootstrapped: bool
+
+
+def schema_dir() -> Traversable:
+    """The SQL files: inside the installed wheel, else the source tree's ``schema/``."""
+    packaged = resources.files("qlsched").joinpath("_schema", "postgres")
+    if packaged.is_dir():
+        return packaged
+    source = Path(__file__).resolve().parents[2] / "schema" / "postgres"
+    if source.is_dir():
+        return source
+    raise MigrationError("schema/postgres not found: the installation is incomplete")
+
+
+def load_migrations(directory: Traversable | None = None) -> list[Migration]:
+    directory = directory or schema_dir()
+    found: list[Migration] = []
+    for entry in directory.iterdir():
+        m = _FILE.match(entry.name)
+        if m is None:
+            continue
+        data = entry.read_bytes()
+        found.append(
+            Migration(
+                version=int(m.group(1)),
+                name=entry.name,
+                checksum=hashlib.sha256(data).hexdigest(),
+                sql=data.decode("utf-8"),
+            )
+        )
+    found.sort(key=lambda mig: mig.version)
+    versions = [mig.version for mig in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError("two migration files share a version number")
+    return found
+
+
+def bootstrap_sql(directory: Traversable | None = None) -> str:
+    return (directory or schema_dir()).joinpath("bootstrap.sql").read_text(encoding="utf-8")
+
+
+def verify_ledger(applied: list[tuple[int, str, str]], files: list[Migration]) -> list[str]:
+    """Findings comparing the ledger to the files: edited, missing, or unknown versions."""
+    by_version = {m.version: m for m in files}
+    findings: list[str] = []
+    for version, name, checksum in applied:
+        mig = by_version.get(version)
+        if mig is None:
+            findings.append(f"applied migration {name} is missing from this installation")
+        elif mig.checksum != checksum:
+            findings.append(f"migration {mig.name} was edited after it was applied (checksum)")
+    return findings
+
+
+async def server_facts(conn: Connection) -> tuple[int, bool, str]:
+    row = await conn.fetchrow(query("server_facts"))
+    assert row is not None
+    return int(row["version_num"]), bool(row["superuser"]), str(row["database"])
+
+
+async def bootstrap(conn: Connection, timeouts: RoleTimeouts) -> None:
+    """Roles, hardening, schema and ledger (superuser, idempotent, inside one transaction)."""
+    async with conn.transaction():
+        await conn.execute(
+            query("bootstrap_settings"),
+            str(timeouts.idle_in_transaction_ms),
+            str(timeouts.lock_timeout_ms),
+            str(timeouts.statement_timeout_ms),
+        )
+        await conn.execute(bootstrap_sql())
+
+
+async def migrate(conn: Connection, timeouts: RoleTimeouts | None = None) -> MigrateReport:
+    """Bootstrap (when superuser) and apply pending migrations under the advisory lock."""
+    version_num, superuser, _ = await server_facts(conn)
+    if version_num < MIN_SERVER_VERSION:
+        raise MigrationError(
+            f"PostgreSQL {version_num // 10000} is too old: qlsched needs 15 or newer"
+        )
+    files = load_migrations()
+    await conn.execute(query("migrate_lock"))
+    try:
+        bootstrapped = False
+        if superuser:
+            await bootstrap(conn, timeouts or RoleTimeouts())
+            bootstrapped = True
+        elif not await conn.fetchval(query("ledger_exists")):
+            raise MigrationError(
+                "the qlsched schema is not bootstrapped: run `qlsched init-db` "
+                "(or `qlsched migrate`) with a superuser DSN first"
+            )
+        rows = await conn.fetch(query("migrations_applied"))
+        applied = [(int(r["version"]), str(r["name"]), str(r["checksum"])) for r in rows]
+        findings = verify_ledger(applied, files)
+        if findings:
+            raise MigrationError("; ".join(findings))
+        done = {v for v, _, _ in applied}
+        newly: list[str] = []
+        for mig in files:
+            if mig.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(query("become_owner"))
+                await conn.execute(mig.sql)
+                await conn.execute(query("record_migration"), mig.version, mig.name, mig.checksum)
+            newly.append(mig.name)
+        return MigrateReport(
+            applied=newly,
+            already=[m.name for m in files if m.version in done],
+            bootstrapped=bootstrapped,
+        )
+    finally:
+        await conn.execute(query("migrate_unlock"))

@@ -1,0 +1,111 @@
+-- name: claim
+-- Claim up to $2 due or uninitialised schedule rows for owner $1, lease $3 ms.
+-- One statement, sent alone in autocommit on a READ COMMITTED connection, so the lease is
+-- committed at once and no lock outlives it. Time: one observation of the database clock.
+-- Two arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed rows
+-- (trigger_schedules_claim_idx, ordered by cursor NULLS FIRST, project, trigger) and rows
+-- whose claim expired (trigger_schedules_expiry_idx). No cron computation and no Run ids
+-- here; the token is a fresh random UUID per row.
+WITH now AS MATERIALIZED (
+    SELECT (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+candidates AS (
+    (SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+       FROM qlsched.trigger_schedules AS s
+      WHERE s.active AND s.claim_token IS NULL
+        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+      ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+      LIMIT $2
+      FOR UPDATE OF s SKIP LOCKED)
+    UNION ALL
+    (SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+       FROM qlsched.trigger_schedules AS s
+      WHERE s.active AND s.claim_token IS NOT NULL
+        AND s.claim_expires_at_ms <= (SELECT ms FROM now)
+        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+      ORDER BY s.claim_expires_at_ms
+      LIMIT $2
+      FOR UPDATE OF s SKIP LOCKED)
+),
+chosen AS (
+    SELECT c.project_id, c.trigger_id FROM candidates AS c
+     ORDER BY c.k, c.project_id, c.trigger_id
+     LIMIT $2
+),
+claimed AS (
+    UPDATE qlsched.trigger_schedules AS s
+       SET claim_owner = $1,
+           claim_token = pg_catalog.gen_random_uuid(),
+           claim_version = s.claim_version + 1,
+           claim_expires_at_ms = GREATEST(now.ms, s.updated_at_ms) + $3,
+           state_version = s.state_version + 1,
+           updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
+      FROM chosen, now
+     WHERE s.project_id = chosen.project_id AND s.trigger_id = chosen.trigger_id
+ RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.claim_owner,
+           s.claim_token, s.claim_version, s.claim_expires_at_ms, s.next_fire_at_ms,
+           s.updated_at_ms
+)
+SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
+       c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
+       c.updated_at_ms, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
+       t.content_digest, t.task_id, t.task_revision, t.execution_revision_id
+  FROM claimed AS c
+  JOIN qlsched.triggers AS t ON t.project_id = c.project_id AND t.trigger_id = c.trigger_id
+ ORDER BY COALESCE(c.next_fire_at_ms, -1), c.project_id, c.trigger_id;
+
+-- name: settle
+-- Initialize, skip or release one claimed row: one statement, one implicit transaction.
+-- The WHERE repeats the whole fence: owner $3, token $4, claim version $5, expiry against
+-- the database clock, state version $6, trigger revision $7 and the cursor $8 the decision
+-- saw (NULL = uninitialised). $9 keeps the cursor (release); else it becomes $10.
+-- $11 adds to skipped_total. `cur` is the row as this statement saw it, so a refused write
+-- can name the fence part that failed.
+WITH now AS MATERIALIZED (
+    SELECT (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+cur AS (
+    SELECT s.trigger_revision, s.claim_owner, s.claim_token, s.claim_version,
+           s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.project_id = $1 AND s.trigger_id = $2
+),
+upd AS (
+    UPDATE qlsched.trigger_schedules AS s
+       SET next_fire_at_ms = CASE WHEN $9::boolean THEN s.next_fire_at_ms ELSE $10::bigint END,
+           skipped_total = s.skipped_total + $11::bigint,
+           state_version = s.state_version + 1,
+           claim_owner = NULL,
+           claim_token = NULL,
+           claim_expires_at_ms = NULL,
+           updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
+      FROM now
+     WHERE s.project_id = $1 AND s.trigger_id = $2
+       AND s.claim_owner = $3 AND s.claim_token = $4 AND s.claim_version = $5
+       AND s.claim_expires_at_ms > now.ms AND s.state_version = $6
+       AND s.trigger_revision = $7 AND s.next_fire_at_ms IS NOT DISTINCT FROM $8::bigint
+ RETURNING s.updated_at_ms
+)
+SELECT (SELECT u.updated_at_ms FROM upd AS u) AS settled_at_ms, now.ms AS now_ms,
+       cur.trigger_revision, cur.claim_owner, cur.claim_token, cur.claim_version,
+       cur.claim_expires_at_ms, cur.state_version, cur.next_fire_at_ms
+  FROM now LEFT JOIN cur ON true;
+
+-- name: due_backlog
+-- Active rows due now by the database clock, claimed or not (the backlog gauge).
+SELECT pg_catalog.count(*)::bigint
+  FROM qlsched.trigger_schedules AS s
+ WHERE s.active
+   AND COALESCE(s.next_fire_at_ms, -1)
+       <= (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+
+-- name: list_schedules
+-- Schedule rows with their trigger spec for status and /v1/schedules; $1 = row limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
+       s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
+       s.skipped_total, s.coalesced_total,
+       (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+  FROM qlsched.trigger_schedules AS s
+  JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT $1;
