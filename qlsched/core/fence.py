@@ -60,3 +60,43 @@ class FireRequest(msgspec.Struct, frozen=True):
     run_id: uuid.UUID
     attempt_id: uuid.UUID
     idempotency_key: str
+
+
+class ObservedSchedule(msgspec.Struct, frozen=True):
+    """A schedule row as a refused write saw it: enough to name the part that failed."""
+
+    trigger_revision: int
+    claim_owner: str | None
+    claim_token: uuid.UUID | None
+    claim_version: int
+    claim_expires_at_ms: int | None
+    state_version: int
+    next_fire_at_ms: int | None
+
+
+def refusal(
+    claim: Claim, observed: ObservedSchedule | None, now_ms: int, expected_cursor: int | None
+) -> tuple[str, str]:
+    """Why a fenced write touched no row: (``fence_lost`` | ``revision_changed``, part).
+
+    The order is the one the admit statement checks in: revision, owner, token, version,
+    expiry, state, cursor. The observation is diagnostic; the WHERE clause decided.
+    """
+    if observed is None:
+        return "fence_lost", "missing"
+    if observed.trigger_revision != claim.trigger_revision:
+        return "revision_changed", "trigger"
+    if observed.claim_owner != claim.fence.owner:
+        return "fence_lost", "owner"
+    if observed.claim_token != claim.fence.token:
+        return "fence_lost", "token"
+    if observed.claim_version != claim.fence.version:
+        return "fence_lost", "version"
+    if observed.claim_expires_at_ms is None or observed.claim_expires_at_ms <= now_ms:
+        return "fence_lost", "expiry"
+    if observed.state_version != claim.state_version:
+        return "fence_lost", "state"
+    if observed.next_fire_at_ms != expected_cursor:
+        return "revision_changed", "cursor"
+    # Nothing differs in what we observed: the row changed between observation and write.
+    return "fence_lost", "state"

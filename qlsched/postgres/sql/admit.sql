@@ -14,14 +14,16 @@
 -- advanced get their queued Run, pristine claimed Attempt and the two events: per row all
 -- or nothing. A constraint error aborts the statement (the caller then admits row by row).
 WITH now AS MATERIALIZED (
-    SELECT (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
 input AS MATERIALIZED (
     SELECT *
-      FROM pg_catalog.unnest($2::text[], $3::text[], $4::uuid[], $5::bigint[], $6::bigint[],
-                             $7::bigint[], $8::text[], $9::bigint[], $10::uuid[],
-                             $11::bigint[], $12::bigint[], $13::bigint[], $14::uuid[],
-                             $15::uuid[], $16::text[])
+      FROM ROWS FROM (
+                     pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::uuid[]),
+                     pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]), pg_catalog.unnest($7::bigint[]),
+                     pg_catalog.unnest($8::text[]), pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
+                     pg_catalog.unnest($11::bigint[]), pg_catalog.unnest($12::bigint[]), pg_catalog.unnest($13::bigint[]),
+                     pg_catalog.unnest($14::uuid[]), pg_catalog.unnest($15::uuid[]), pg_catalog.unnest($16::text[]))
            WITH ORDINALITY
            AS i(project_id, trigger_id, claim_token, claim_version, state_version,
                 trigger_revision, trigger_digest, task_revision, execution_revision_id,

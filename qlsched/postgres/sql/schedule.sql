@@ -7,25 +7,31 @@
 -- whose claim expired (trigger_schedules_expiry_idx). No cron computation and no Run ids
 -- here; the token is a fresh random UUID per row.
 WITH now AS MATERIALIZED (
-    SELECT (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+fresh AS MATERIALIZED (
+    SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.active AND s.claim_token IS NULL
+       AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+     ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+     LIMIT $2
+       FOR UPDATE OF s SKIP LOCKED
+),
+expired AS MATERIALIZED (
+    SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.active AND s.claim_token IS NOT NULL
+       AND s.claim_expires_at_ms <= (SELECT ms FROM now)
+       AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+     ORDER BY s.claim_expires_at_ms
+     LIMIT $2
+       FOR UPDATE OF s SKIP LOCKED
 ),
 candidates AS (
-    (SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
-       FROM qlsched.trigger_schedules AS s
-      WHERE s.active AND s.claim_token IS NULL
-        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-      ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
-      LIMIT $2
-      FOR UPDATE OF s SKIP LOCKED)
+    SELECT * FROM fresh
     UNION ALL
-    (SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
-       FROM qlsched.trigger_schedules AS s
-      WHERE s.active AND s.claim_token IS NOT NULL
-        AND s.claim_expires_at_ms <= (SELECT ms FROM now)
-        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-      ORDER BY s.claim_expires_at_ms
-      LIMIT $2
-      FOR UPDATE OF s SKIP LOCKED)
+    SELECT * FROM expired
 ),
 chosen AS (
     SELECT c.project_id, c.trigger_id FROM candidates AS c
@@ -62,7 +68,7 @@ SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_
 -- $11 adds to skipped_total. `cur` is the row as this statement saw it, so a refused write
 -- can name the fence part that failed.
 WITH now AS MATERIALIZED (
-    SELECT (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
 cur AS (
     SELECT s.trigger_revision, s.claim_owner, s.claim_token, s.claim_version,
@@ -97,14 +103,14 @@ SELECT pg_catalog.count(*)::bigint
   FROM qlsched.trigger_schedules AS s
  WHERE s.active
    AND COALESCE(s.next_fire_at_ms, -1)
-       <= (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+       <= (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 
 -- name: list_schedules
 -- Schedule rows with their trigger spec for status and /v1/schedules; $1 = row limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total,
-       (pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id

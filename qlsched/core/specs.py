@@ -1,0 +1,164 @@
+"""The publish file (TOML) as validated Structs, and the canonical digests of its content.
+
+A file with any invalid entry is rejected whole: ``SpecError`` names the entry and the
+field (``triggers[2] (id "nightly"): cron: hour: 25 is out of range 0-23``). Digests are
+SHA-256 over canonical JSON (sorted keys, no whitespace), so the same content always has
+the same digest and publishing the same file twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from qlsched.core.cron import CronError, parse_cron
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
+COMMAND_MAX_BYTES = 1_000_000
+EXECUTOR = "remote_worker"
+
+
+class SpecError(ValueError):
+    """An invalid publish file: one line naming the entry and the field."""
+
+
+class ProjectEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: Id
+    archived: bool = False
+
+
+class TaskEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    project: Id
+    id: Id
+    command: str
+
+
+class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    project: Id
+    id: Id
+    task: Id
+    cron: str
+    timezone: str = "UTC"
+    misfire: Literal["skip", "fire_once"] = "skip"
+    misfire_grace_ms: Annotated[int, msgspec.Meta(ge=0, le=86_400_000)] = 60_000
+    enabled: bool = True
+
+
+class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    projects: list[ProjectEntry] = []
+    tasks: list[TaskEntry] = []
+    triggers: list[TriggerEntry] = []
+
+
+_PATH = re.compile(r"^\$\.(projects|tasks|triggers)\[(\d+)\](?:\.(\w+))?")
+
+
+def _entry_label(data: Any, section: str, index: int) -> str:
+    try:
+        entry_id = data[section][index]["id"]
+    except (KeyError, IndexError, TypeError):
+        return f"{section}[{index}]"
+    return (
+        f'{section}[{index}] (id "{entry_id}")'
+        if isinstance(entry_id, str)
+        else (f"{section}[{index}]")
+    )
+
+
+def decode_publish_file(raw: bytes) -> PublishFile:
+    """Decode and validate a publish file; raise SpecError naming entry and field."""
+    try:
+        data = msgspec.toml.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise SpecError(f"not valid TOML: {exc}") from None
+    try:
+        spec = msgspec.convert(data, PublishFile)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        # msgspec says "... - at `$.triggers[0].cron`": rewrite the path as entry + field.
+        head, _, path = message.rpartition(" - at `")
+        m = _PATH.match(path.rstrip("`"))
+        if m is None:
+            raise SpecError(message) from None
+        label = _entry_label(data, m.group(1), int(m.group(2)))
+        field = f"{m.group(3)}: " if m.group(3) else ""
+        raise SpecError(f"{label}: {field}{head or message}") from None
+    validate_publish_file(spec)
+    return spec
+
+
+def validate_publish_file(spec: PublishFile) -> None:
+    """Cross-entry rules msgspec cannot express: references, duplicates, cron, size."""
+    projects = {p.id for p in spec.projects}
+    seen: set[tuple[str, ...]] = set()
+    for i, p in enumerate(spec.projects):
+        if ("p", p.id) in seen:
+            raise SpecError(f'projects[{i}] (id "{p.id}"): id: duplicate project')
+        seen.add(("p", p.id))
+    tasks: set[tuple[str, str]] = set()
+    for i, t in enumerate(spec.tasks):
+        label = f'tasks[{i}] (id "{t.id}")'
+        if t.project not in projects:
+            raise SpecError(f'{label}: project: "{t.project}" is not in [[projects]]')
+        if (t.project, t.id) in tasks:
+            raise SpecError(f"{label}: id: duplicate task in project {t.project}")
+        if not t.command.strip():
+            raise SpecError(f"{label}: command: must not be empty")
+        if "\x00" in t.command:
+            raise SpecError(f"{label}: command: contains a NUL character")
+        if len(t.command.encode("utf-8")) > COMMAND_MAX_BYTES:
+            raise SpecError(f"{label}: command: longer than {COMMAND_MAX_BYTES} bytes")
+        tasks.add((t.project, t.id))
+    triggers: set[tuple[str, str]] = set()
+    for i, tr in enumerate(spec.triggers):
+        label = f'triggers[{i}] (id "{tr.id}")'
+        if tr.project not in projects:
+            raise SpecError(f'{label}: project: "{tr.project}" is not in [[projects]]')
+        if (tr.project, tr.task) not in tasks:
+            raise SpecError(f'{label}: task: "{tr.task}" is not a task of {tr.project}')
+        if (tr.project, tr.id) in triggers:
+            raise SpecError(f"{label}: id: duplicate trigger in project {tr.project}")
+        triggers.add((tr.project, tr.id))
+        try:
+            parse_cron(tr.cron, tr.timezone)
+        except CronError as exc:
+            field = "timezone" if "zone" in str(exc).lower() else "cron"
+            raise SpecError(f"{label}: {field}: {exc}") from None
+
+
+def _canonical(obj: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(obj, order="sorted")
+
+
+def execution_payload(project_id: str, task: TaskEntry) -> str:
+    """The pinned execution revision's payload: canonical JSON text (hashed at every admit)."""
+    return _canonical(
+        {"command": task.command, "executor": EXECUTOR, "project": project_id, "task": task.id}
+    ).decode("utf-8")
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
+    """Digest of everything that defines a trigger revision, the task's content included,
+    so a changed task gives its triggers new revisions (and old claims fail their fence)."""
+    return hashlib.sha256(
+        _canonical(
+            {
+                "cron": trigger.cron,
+                "enabled": trigger.enabled,
+                "kind": "cron",
+                "misfire": trigger.misfire,
+                "misfire_grace_ms": trigger.misfire_grace_ms,
+                "task": trigger.task,
+                "task_digest": task_digest,
+                "timezone": trigger.timezone,
+            }
+        )
+    ).hexdigest()

@@ -1,0 +1,183 @@
+"""Schema readiness: fail closed unless the database is exactly what this code expects.
+
+Ready means: PostgreSQL 15+, every migration applied with a matching checksum, the
+capability present, the grants on qlsched objects, the schema and the database exactly the
+set below (an extra grant fails as surely as a missing one; compared with ``aclexplode`` over
+the catalog), no role with superuser/createrole/createdb/replication/bypassrls or any
+membership, PUBLIC holding nothing, EXECUTE kept from PUBLIC by default privileges, every
+SECURITY DEFINER function with a pinned search_path, and the runtime role's
+idle-in-transaction, lock and statement timeouts set and below the lease. Every finding is
+one line; the lifecycle never starts while there is one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from qlsched.postgres.migrate import MIN_SERVER_VERSION, load_migrations, verify_ledger
+from qlsched.postgres.pool import Connection
+from qlsched.postgres.queries import query
+
+CAPABILITY = ("qlsched.cluster_scheduler", 1)
+ROLES = (
+    "qlsched_owner",
+    "qlsched_admin",
+    "qlsched_runtime",
+    "qlsched_worker_ingress",
+    "qlsched_observer",
+)
+LOGIN_ROLES = frozenset(ROLES) - {"qlsched_owner"}
+
+_SPECS = ("projects", "tasks", "execution_revisions", "triggers")
+_RUN_TABLES = ("runs", "attempts", "run_events", "recovery_marks")
+_ALL_TABLES = (*_SPECS, "trigger_schedules", *_RUN_TABLES, "capability", "schema_migrations")
+RUNTIME_SCHEDULE_COLUMNS = (
+    "next_fire_at_ms",
+    "last_scheduled_at_ms",
+    "state_version",
+    "claim_owner",
+    "claim_token",
+    "claim_version",
+    "claim_expires_at_ms",
+    "updated_at_ms",
+    "skipped_total",
+    "coalesced_total",
+)
+
+Grant = tuple[str, str, str | None, str, str]  # kind, object, column, grantee, privilege
+
+
+def expected_grants(database: str) -> frozenset[Grant]:
+    """DESIGN.md §4's grants, nothing more."""
+    g: set[Grant] = set()
+    for table in (*_SPECS, "trigger_schedules"):
+        for priv in ("SELECT", "INSERT", "UPDATE"):
+            g.add(("table", table, None, "qlsched_admin", priv))
+    for table in (*_SPECS, "trigger_schedules", "capability", "schema_migrations"):
+        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
+    for table in _RUN_TABLES:
+        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
+        g.add(("table", table, None, "qlsched_runtime", "INSERT"))
+    for column in RUNTIME_SCHEDULE_COLUMNS:
+        g.add(("column", "trigger_schedules", column, "qlsched_runtime", "UPDATE"))
+    for table in _ALL_TABLES:
+        g.add(("table", table, None, "qlsched_observer", "SELECT"))
+    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
+        g.add(("schema", "qlsched", None, role, "USAGE"))
+        g.add(("database", database, None, role, "CONNECT"))
+    return frozenset(g)
+
+
+class Readiness(msgspec.Struct, frozen=True):
+    ready: bool
+    findings: list[str]
+    server_version: int
+    applied: list[str]
+
+
+_DURATION = re.compile(r"^(\d+)\s*(ms|s|min|h|d)?$")
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def setting_ms(value: str) -> int | None:
+    """A PostgreSQL duration setting in milliseconds (bare numbers are milliseconds)."""
+    m = _DURATION.match(value.strip())
+    if m is None:
+        return None
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _grant_text(g: Grant) -> str:
+    kind, obj, col, grantee, priv = g
+    target = f"{obj}({col})" if col else obj
+    return f"{priv} on {kind} {target} to {grantee}"
+
+
+async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
+    """Collect every finding (never stop at the first) and say whether the schema is ready."""
+    findings: list[str] = []
+    row = await conn.fetchrow(query("server_facts"))
+    assert row is not None
+    version_num, database = int(row["version_num"]), str(row["database"])
+    if version_num < MIN_SERVER_VERSION:
+        findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
+
+    files = load_migrations()
+    applied_names: list[str] = []
+    if not await conn.fetchval(query("ledger_exists")):
+        findings.append("schema qlsched is not installed (run `qlsched init-db`)")
+    else:
+        rows = await conn.fetch(query("migrations_applied"))
+        applied = [(int(r["version"]), str(r["name"]), str(r["checksum"])) for r in rows]
+        applied_names = [name for _, name, _ in applied]
+        findings += verify_ledger(applied, files)
+        done = {v for v, _, _ in applied}
+        findings += [f"migration {m.name} is not applied" for m in files if m.version not in done]
+        if all(m.version in done for m in files):
+            version = await conn.fetchval(query("capability_version"), CAPABILITY[0])
+            if version is None:
+                findings.append(f"capability {CAPABILITY[0]} is missing")
+            elif int(version) < CAPABILITY[1]:
+                findings.append(
+                    f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
+                )
+
+    actual = {
+        (str(r["kind"]), str(r["object"]), r["col"], str(r["grantee"]), str(r["privilege"]))
+        for r in await conn.fetch(query("acl_entries"))
+    }
+    expected = expected_grants(database)
+    findings += [f"extra grant: {_grant_text(g)}" for g in sorted(actual - expected, key=str)]
+    findings += [f"missing grant: {_grant_text(g)}" for g in sorted(expected - actual, key=str)]
+
+    for r in await conn.fetch(query("object_owners")):
+        findings.append(f"{r['object']} is owned by {r['owner']}, not qlsched_owner")
+
+    seen: set[str] = set()
+    for r in await conn.fetch(query("role_attributes")):
+        role = str(r["role"])
+        seen.add(role)
+        for attr, label in (
+            ("rolsuper", "SUPERUSER"),
+            ("rolcreaterole", "CREATEROLE"),
+            ("rolcreatedb", "CREATEDB"),
+            ("rolreplication", "REPLICATION"),
+            ("rolbypassrls", "BYPASSRLS"),
+        ):
+            if r[attr]:
+                findings.append(f"role {role} has {label}")
+        if bool(r["rolcanlogin"]) != (role in LOGIN_ROLES):
+            findings.append(
+                f"role {role} should be {'LOGIN' if role in LOGIN_ROLES else 'NOLOGIN'}"
+            )
+    findings += [f"role {role} is missing" for role in ROLES if role not in seen]
+    for r in await conn.fetch(query("role_memberships")):
+        findings.append(f"role {r['member']} is a member of {r['granted']}")
+
+    if not await conn.fetchval(query("default_function_acl")):
+        findings.append("default privileges do not revoke EXECUTE on functions from PUBLIC")
+    for r in await conn.fetch(query("unpinned_definer_functions")):
+        findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
+
+    settings: dict[str, str] = {}
+    for r in await conn.fetch(query("runtime_settings")):
+        name, _, value = str(r["setting"]).partition("=")
+        settings[name] = value
+    for name in ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout"):
+        raw = settings.get(name)
+        ms = setting_ms(raw) if raw is not None else None
+        if raw is None:
+            findings.append(f"qlsched_runtime has no {name} set")
+        elif ms is None or ms <= 0:
+            findings.append(f"qlsched_runtime {name}={raw} is not a positive duration")
+        elif ms >= lease_ms:
+            findings.append(f"qlsched_runtime {name}={raw} is not below the lease ({lease_ms} ms)")
+
+    return Readiness(
+        ready=not findings,
+        findings=findings,
+        server_version=version_num,
+        applied=applied_names,
+    )

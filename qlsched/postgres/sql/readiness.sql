@@ -1,0 +1,105 @@
+-- name: acl_entries
+-- Every privilege granted on qlsched objects, the schema and this database, one row per
+-- (kind, object, column, grantee, privilege). NULL ACLs are expanded to their defaults with
+-- acldefault(), so an implicit PUBLIC grant (CONNECT/TEMP on a database, EXECUTE on a
+-- function) shows up. Grantee 0 is PUBLIC. Grants to the object's own owner are left out.
+WITH objs AS (
+    SELECT 'table'::text AS kind, c.relname::text AS object, NULL::text AS col,
+           COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner)) AS acl, c.relowner AS owner
+      FROM pg_catalog.pg_class AS c
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'qlsched' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+    UNION ALL
+    SELECT 'column', c.relname::text, a.attname::text, a.attacl, c.relowner
+      FROM pg_catalog.pg_attribute AS a
+      JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'qlsched' AND a.attnum > 0 AND NOT a.attisdropped
+       AND a.attacl IS NOT NULL
+    UNION ALL
+    SELECT 'function', p.oid::regprocedure::text, NULL,
+           COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner)), p.proowner
+      FROM pg_catalog.pg_proc AS p
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'qlsched'
+    UNION ALL
+    SELECT 'schema', n.nspname::text, NULL,
+           COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner)), n.nspowner
+      FROM pg_catalog.pg_namespace AS n
+     WHERE n.nspname = 'qlsched'
+    UNION ALL
+    SELECT 'database', d.datname::text, NULL,
+           COALESCE(d.datacl, pg_catalog.acldefault('d', d.datdba)), d.datdba
+      FROM pg_catalog.pg_database AS d
+     WHERE d.datname = pg_catalog.current_database()
+)
+SELECT o.kind, o.object, o.col,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+            ELSE (SELECT r.rolname::text FROM pg_catalog.pg_roles AS r WHERE r.oid = x.grantee)
+       END AS grantee,
+       x.privilege_type AS privilege
+  FROM objs AS o, LATERAL pg_catalog.aclexplode(o.acl) AS x
+ WHERE x.grantee <> o.owner
+ ORDER BY 1, 2, 3, 4, 5;
+
+-- name: object_owners
+-- Objects in schema qlsched not owned by qlsched_owner (and the schema itself).
+SELECT c.relname::text AS object, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner
+  FROM pg_catalog.pg_class AS c
+  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'qlsched' AND pg_catalog.pg_get_userbyid(c.relowner) <> 'qlsched_owner'
+UNION ALL
+SELECT 'schema qlsched', pg_catalog.pg_get_userbyid(n.nspowner)::text
+  FROM pg_catalog.pg_namespace AS n
+ WHERE n.nspname = 'qlsched' AND pg_catalog.pg_get_userbyid(n.nspowner) <> 'qlsched_owner';
+
+-- name: role_attributes
+SELECT r.rolname::text AS role, r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication,
+       r.rolbypassrls, r.rolcanlogin
+  FROM pg_catalog.pg_roles AS r
+ WHERE r.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
+                     'qlsched_worker_ingress', 'qlsched_observer')
+ ORDER BY 1;
+
+-- name: role_memberships
+-- Roles that any qlsched role is a member of (there should be none).
+SELECT m.rolname::text AS member, g.rolname::text AS granted
+  FROM pg_catalog.pg_auth_members AS am
+  JOIN pg_catalog.pg_roles AS m ON m.oid = am.member
+  JOIN pg_catalog.pg_roles AS g ON g.oid = am.roleid
+ WHERE m.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
+                     'qlsched_worker_ingress', 'qlsched_observer')
+ ORDER BY 1, 2;
+
+-- name: runtime_settings
+-- The runtime role's own settings (all databases, or this one).
+SELECT pg_catalog.unnest(s.setconfig) AS setting
+  FROM pg_catalog.pg_db_role_setting AS s
+  JOIN pg_catalog.pg_roles AS r ON r.oid = s.setrole
+  LEFT JOIN pg_catalog.pg_database AS d ON d.oid = s.setdatabase
+ WHERE r.rolname = 'qlsched_runtime'
+   AND (s.setdatabase = 0 OR d.datname = pg_catalog.current_database());
+
+-- name: default_function_acl
+-- Whether qlsched_owner's default privileges keep EXECUTE on new functions from PUBLIC.
+SELECT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_default_acl AS a
+      JOIN pg_catalog.pg_roles AS r ON r.oid = a.defaclrole
+     WHERE r.rolname = 'qlsched_owner' AND a.defaclobjtype = 'f' AND a.defaclnamespace = 0
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.aclexplode(a.defaclacl) AS x
+                        WHERE x.grantee = 0)
+);
+
+-- name: unpinned_definer_functions
+-- SECURITY DEFINER functions in qlsched without a pinned search_path.
+SELECT p.oid::regprocedure::text
+  FROM pg_catalog.pg_proc AS p
+  JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'qlsched' AND p.prosecdef
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) AS c
+                    WHERE c LIKE 'search_path=%');
+
+-- name: capability_version
+-- The capability version, or NULL when missing ($1 = capability name). Run only when the
+-- ledger exists (the table is created by the same migration).
+SELECT c.version FROM qlsched.capability AS c WHERE c.name = $1;
