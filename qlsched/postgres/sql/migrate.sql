@@ -50,3 +50,7 @@ SELECT pg_catalog.format('CREATE DATABASE %I', $1::text);
 -- name: role_password_statement
 -- ALTER ROLE $1 PASSWORD with a SCRAM-SHA-256 verifier $2 (never the plain password).
 SELECT pg_catalog.format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text);
+
+-- name: role_has_password
+-- Whether LOGIN role $1 already has a password (superuser only: reads pg_authid).
+SELECT a.rolpassword IS NOT NULL FROM pg_catalog.pg_authid AS a WHERE a.rolname = $1;

@@ -1,0 +1,50 @@
+-- name: recovery_candidates
+-- The recovery source (DESIGN.md §5): every runtime-owned, non-terminal Attempt except the
+-- pristine ones, with the first reason it is not pristine. Pristine = parent Run queued,
+-- not cancelled, queued_at_ms set; the Attempt is the latest of its Run, `claimed`,
+-- `remote_worker`, and every worker/session/lease/offer/callback/start/result/error field
+-- still NULL. Anything else stays a candidate (fail closed). Already-marked ones are left out.
+WITH latest AS (
+    SELECT a.run_id, pg_catalog.max(a.attempt_no) AS attempt_no
+      FROM qlsched.attempts AS a
+     GROUP BY a.run_id
+)
+SELECT a.attempt_id, a.run_id,
+       CASE
+         WHEN a.attempt_no < l.attempt_no THEN 'newer_attempt'
+         WHEN a.state <> 'claimed' THEN 'attempt_' || a.state
+         WHEN r.state <> 'queued' THEN 'run_' || r.state
+         WHEN r.cancel_requested THEN 'cancel_requested'
+         WHEN r.queued_at_ms IS NULL THEN 'queued_at_missing'
+         WHEN a.executor_kind <> 'remote_worker' THEN 'executor_kind'
+         WHEN a.worker_id IS NOT NULL THEN 'worker_id'
+         WHEN a.session_id IS NOT NULL THEN 'session_id'
+         WHEN a.lease_id IS NOT NULL THEN 'lease_id'
+         WHEN a.offer_id IS NOT NULL THEN 'offer_id'
+         WHEN a.callback_token IS NOT NULL THEN 'callback_token'
+         WHEN a.started_at_ms IS NOT NULL THEN 'started_at_ms'
+         WHEN a.result IS NOT NULL THEN 'result'
+         WHEN a.error IS NOT NULL THEN 'error'
+       END AS reason
+  FROM qlsched.attempts AS a
+  JOIN qlsched.runs AS r ON r.run_id = a.run_id
+  JOIN latest AS l ON l.run_id = a.run_id
+ WHERE r.owner = 'runtime'
+   AND a.state IN ('claimed', 'dispatching', 'running')
+   AND NOT EXISTS (SELECT 1 FROM qlsched.recovery_marks AS m WHERE m.attempt_id = a.attempt_id)
+   AND NOT (a.attempt_no = l.attempt_no AND a.state = 'claimed' AND r.state = 'queued'
+            AND NOT r.cancel_requested AND r.queued_at_ms IS NOT NULL
+            AND a.executor_kind = 'remote_worker'
+            AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
+            AND a.offer_id IS NULL AND a.callback_token IS NULL AND a.started_at_ms IS NULL
+            AND a.result IS NULL AND a.error IS NULL)
+ ORDER BY a.attempt_id;
+
+-- name: mark_for_recovery
+-- Mark candidates (arrays $1 attempt ids, $2 run ids, $3 reasons) by replica $4, once.
+INSERT INTO qlsched.recovery_marks (attempt_id, run_id, reason, marked_at_ms, marked_by)
+SELECT m.attempt_id, m.run_id, m.reason,
+       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint, $4
+  FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::uuid[]),
+                  pg_catalog.unnest($3::text[])) AS m(attempt_id, run_id, reason)
+ON CONFLICT (attempt_id) DO NOTHING;
