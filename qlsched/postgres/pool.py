@@ -94,8 +94,25 @@ async def _bridge() -> AsyncIterator[Any]:
     if loop is not None:
         yield loop
         return
-    async with trio_asyncio.open_loop() as new_loop:
-        yield new_loop
+    try:
+        async with trio_asyncio.open_loop() as new_loop:
+            yield new_loop
+    except BaseExceptionGroup as group:
+        # open_loop runs nurseries, which wrap what our own code raised; hand callers the
+        # one exception they can handle (a DatabaseUnavailable, a Cancelled) when it is one.
+        leaf = _single_leaf(group)
+        if leaf is None:
+            raise
+        raise leaf from None
+
+
+def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
 
 
 @asynccontextmanager

@@ -1,0 +1,40 @@
+"""``qlsched check``: the readiness report; exit 0 ready, 1 not ready."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import msgspec
+
+from qlsched.commands._common import fail, run_command
+from qlsched.core.config import load_config
+from qlsched.postgres.pool import Connection, connect_once
+from qlsched.postgres.readiness import Readiness, check_readiness
+
+
+def main(args: argparse.Namespace) -> int:
+    config_file = args.config or os.environ.get("QLSCHED_CONFIG")
+
+    async def body() -> int:
+        config = load_config(file=config_file, flags={"dsn": args.dsn, "lease_ms": args.lease_ms})
+        if not config.dsn:
+            return fail("check", "--dsn (or QLSCHED_DSN) is required", 2)
+
+        async def fn(conn: Connection) -> Readiness:
+            return await check_readiness(conn, lease_ms=config.lease_ms)
+
+        report = await connect_once(config.dsn, fn)
+        if args.json:
+            print(msgspec.json.encode(report).decode())
+        else:
+            for finding in report.findings:
+                print(f"not ready: {finding}")
+            if report.ready:
+                print(
+                    f"ready: PostgreSQL {report.server_version // 10000}, "
+                    f"{len(report.applied)} migration(s) applied, grants exact"
+                )
+        return 0 if report.ready else 1
+
+    return run_command("check", body)

@@ -1,0 +1,46 @@
+"""``qlsched publish FILE``: projects, tasks, triggers from TOML (admin DSN), all or nothing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from qlsched.commands._common import fail, run_command
+from qlsched.core.config import load_config
+from qlsched.core.specs import SpecError, decode_publish_file
+from qlsched.postgres.pool import Connection, connect_once
+from qlsched.postgres.publish import PublishResult, publish
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        with open(args.file, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        return fail("publish", f"{args.file}: {exc.strerror}", 2)
+
+    async def body() -> int:
+        try:
+            spec = decode_publish_file(raw)  # validate before connecting
+        except SpecError as exc:
+            raise SpecError(f"{args.file}: {exc}") from None
+        config = load_config(
+            file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
+        )
+        if not config.dsn:
+            return fail("publish", "--dsn (or QLSCHED_DSN) is required: the admin role's DSN", 2)
+
+        async def fn(conn: Connection) -> PublishResult:
+            return await publish(conn, spec, prune=args.prune)
+
+        result = await connect_once(config.dsn, fn)
+        for kind, items in (
+            ("project", result.projects),
+            ("task", result.tasks),
+            ("trigger", result.triggers),
+        ):
+            for name, change in items.items():
+                print(f"{kind} {name}: {change}")
+        return 0
+
+    return run_command("publish", body)

@@ -1,0 +1,134 @@
+"""The conformance harness over the PostgreSQL adapter, on a fresh database per test.
+
+Triggers are published through the real publisher as the admin role; the store runs as the
+runtime role over its two pools (claims READ COMMITTED, admits SERIALIZABLE). Only the
+test-side moves (cursor, claim expiry) use the superuser, since no role may make them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import pytest
+
+from qlsched.core.specs import PublishFile, ProjectEntry, TaskEntry, TriggerEntry
+from qlsched.postgres.pool import Connection, connect_once, open_database
+from qlsched.postgres.publish import publish
+from qlsched.postgres.store import PostgresStore
+from tests.conformance.harness import RunRow, ScheduleRow
+from tests.support.pg import TestDatabase
+
+
+class PgHarness:
+    def __init__(self, db: TestDatabase, store: PostgresStore) -> None:
+        self.db = db
+        self._store = store
+        self._triggers: dict[tuple[str, str], TriggerEntry] = {}
+
+    @property
+    def store(self) -> PostgresStore:
+        return self._store
+
+    @property
+    def reader(self) -> PostgresStore:
+        return self._store
+
+    async def _publish(self) -> None:
+        projects = sorted({p for p, _ in self._triggers})
+        spec = PublishFile(
+            projects=[ProjectEntry(id=p) for p in projects],
+            tasks=[TaskEntry(project=p, id="task", command="true") for p in projects],
+            triggers=list(self._triggers.values()),
+        )
+        await connect_once(self.db.admin_dsn, lambda conn: publish(conn, spec))
+
+    async def add_trigger(
+        self,
+        project_id: str,
+        trigger_id: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        misfire_policy: str = "skip",
+        misfire_grace_ms: int = 60_000,
+        enabled: bool = True,
+    ) -> None:
+        self._triggers[(project_id, trigger_id)] = TriggerEntry(
+            project=project_id, id=trigger_id, task="task", cron=cron, timezone=timezone,
+            misfire=misfire_policy,  # type: ignore[arg-type]
+            misfire_grace_ms=misfire_grace_ms, enabled=enabled,
+        )
+        await self._publish()
+
+    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
+        old = self._triggers[(project_id, trigger_id)]
+        self._triggers[(project_id, trigger_id)] = TriggerEntry(
+            project=old.project, id=old.id, task=old.task, cron=cron, timezone=old.timezone,
+            misfire=old.misfire, misfire_grace_ms=old.misfire_grace_ms, enabled=old.enabled,
+        )
+        await self._publish()
+
+    async def _su(self, sql: str, *args: Any) -> Any:
+        async def fn(conn: Connection) -> Any:
+            return await conn.fetch(sql, *args)
+
+        return await connect_once(self.db.superuser_dsn, fn)
+
+    async def now_ms(self) -> int:
+        rows = await self._su(
+            "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms"
+        )
+        return int(rows[0]["ms"])
+
+    async def set_cursor(
+        self, project_id: str, trigger_id: str, next_fire_at_ms: int | None
+    ) -> None:
+        await self._su(
+            "UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $3"
+            " WHERE project_id = $1 AND trigger_id = $2",
+            project_id, trigger_id, next_fire_at_ms,
+        )
+
+    async def expire_claim(self, project_id: str, trigger_id: str) -> None:
+        await self._su(
+            "UPDATE qlsched.trigger_schedules SET claim_expires_at_ms ="
+            " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - 1"
+            " WHERE project_id = $1 AND trigger_id = $2 AND claim_token IS NOT NULL",
+            project_id, trigger_id,
+        )
+
+    async def schedule(self, project_id: str, trigger_id: str) -> ScheduleRow:
+        rows = await self._su(
+            "SELECT trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version,"
+            " claim_owner, claim_token, claim_version, claim_expires_at_ms, skipped_total,"
+            " coalesced_total FROM qlsched.trigger_schedules"
+            " WHERE project_id = $1 AND trigger_id = $2",
+            project_id, trigger_id,
+        )
+        return ScheduleRow(**dict(rows[0]))
+
+    async def runs(self) -> list[RunRow]:
+        rows = await self._su(
+            "SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,"
+            " r.idempotency_key,"
+            " (SELECT count(*) FROM qlsched.attempts a WHERE a.run_id = r.run_id)::int"
+            "   AS attempts,"
+            " (SELECT count(*) FROM qlsched.run_events e WHERE e.run_id = r.run_id)::int"
+            "   AS events,"
+            " r.admitted_by_owner, r.admitted_claim_token, r.admitted_claim_version"
+            " FROM qlsched.runs r ORDER BY r.project_id, r.trigger_id, r.scheduled_for_ms"
+        )
+        return [RunRow(**dict(r)) for r in rows]
+
+
+@asynccontextmanager
+async def open_pg_harness(request: pytest.FixtureRequest) -> AsyncIterator[PgHarness]:
+    db: TestDatabase = request.getfixturevalue("pg_db")
+    async with AsyncExitStack() as stack:
+        claim_db = await stack.enter_async_context(open_database(db.runtime_dsn))
+        admit_db = await stack.enter_async_context(
+            open_database(db.runtime_dsn, isolation="serializable")
+        )
+        yield PgHarness(db, PostgresStore(claim_db, admit_db))
