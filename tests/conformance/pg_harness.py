@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from qlsched.core.specs import PublishFile, ProjectEntry, TaskEntry, TriggerEntry
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.store import PostgresStore
@@ -56,17 +56,28 @@ class PgHarness:
         enabled: bool = True,
     ) -> None:
         self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=project_id, id=trigger_id, task="task", cron=cron, timezone=timezone,
+            project=project_id,
+            id=trigger_id,
+            task="task",
+            cron=cron,
+            timezone=timezone,
             misfire=misfire_policy,  # type: ignore[arg-type]
-            misfire_grace_ms=misfire_grace_ms, enabled=enabled,
+            misfire_grace_ms=misfire_grace_ms,
+            enabled=enabled,
         )
         await self._publish()
 
     async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
         old = self._triggers[(project_id, trigger_id)]
         self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=old.project, id=old.id, task=old.task, cron=cron, timezone=old.timezone,
-            misfire=old.misfire, misfire_grace_ms=old.misfire_grace_ms, enabled=old.enabled,
+            project=old.project,
+            id=old.id,
+            task=old.task,
+            cron=cron,
+            timezone=old.timezone,
+            misfire=old.misfire,
+            misfire_grace_ms=old.misfire_grace_ms,
+            enabled=old.enabled,
         )
         await self._publish()
 
@@ -77,9 +88,7 @@ class PgHarness:
         return await connect_once(self.db.superuser_dsn, fn)
 
     async def now_ms(self) -> int:
-        rows = await self._su(
-            "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms"
-        )
+        rows = await self._su("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms")
         return int(rows[0]["ms"])
 
     async def set_cursor(
@@ -88,7 +97,9 @@ class PgHarness:
         await self._su(
             "UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $3"
             " WHERE project_id = $1 AND trigger_id = $2",
-            project_id, trigger_id, next_fire_at_ms,
+            project_id,
+            trigger_id,
+            next_fire_at_ms,
         )
 
     async def expire_claim(self, project_id: str, trigger_id: str) -> None:
@@ -96,7 +107,8 @@ class PgHarness:
             "UPDATE qlsched.trigger_schedules SET claim_expires_at_ms ="
             " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - 1"
             " WHERE project_id = $1 AND trigger_id = $2 AND claim_token IS NOT NULL",
-            project_id, trigger_id,
+            project_id,
+            trigger_id,
         )
 
     async def schedule(self, project_id: str, trigger_id: str) -> ScheduleRow:
@@ -105,7 +117,8 @@ class PgHarness:
             " claim_owner, claim_token, claim_version, claim_expires_at_ms, skipped_total,"
             " coalesced_total FROM qlsched.trigger_schedules"
             " WHERE project_id = $1 AND trigger_id = $2",
-            project_id, trigger_id,
+            project_id,
+            trigger_id,
         )
         return ScheduleRow(**dict(rows[0]))
 

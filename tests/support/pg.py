@@ -44,9 +44,12 @@ class PgCluster:
         self.superuser = user_of(superuser_dsn) or "postgres"
 
     def dsn(self, database: str, user: str | None = None) -> str:
-        return with_credentials(self.superuser_dsn, user=user or self.superuser,
-                                password=None if user and user != self.superuser
-                                else password_of(self.superuser_dsn), database=database)
+        return with_credentials(
+            self.superuser_dsn,
+            user=user or self.superuser,
+            password=None if user and user != self.superuser else password_of(self.superuser_dsn),
+            database=database,
+        )
 
 
 def start_cluster() -> PgCluster:
