@@ -41,7 +41,7 @@ class RoleTimeouts(msgspec.Struct, frozen=True):
 
     idle_in_transaction_ms: int = 5_000
     lock_timeout_ms: int = 2_000
-    statement_timeout_ms: int = 10_000
+    statement_timeout_ms: int = 5_000
 
 
 class MigrateReport(msgspec.Struct, frozen=True):

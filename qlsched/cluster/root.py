@@ -1,0 +1,186 @@
+"""The composition root: one replica of cluster control, started and stopped in order.
+
+Start (the ADR's order): validate config → open pools → schema readiness → startup
+recovery → start the lifecycle → open HTTP admission. Stop is the reverse, by construction
+of the ``async with`` chain: withdraw admission (readiness 503, listener closed) → stop and
+drain the scheduler (bounded by ``stop_timeout_ms``) → close the pools. A readiness failure
+raises ``SchemaNotReady`` before the lifecycle exists, so it never starts.
+
+Ownership: ``open_cluster_control`` owns every task, pool and listener it opens; nothing
+outlives its block. Only this module hands its nursery to services (``nursery.start``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import msgspec
+import trio
+
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.http import AdmissionApp, serve_http
+from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config, ConfigError, validate
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.postgres.errors import SchemaNotReady
+from qlsched.postgres.pool import Connection, open_database
+from qlsched.postgres.readiness import Readiness, check_readiness
+from qlsched.postgres.recovery import RecoveryReport, recover
+from qlsched.postgres.store import PostgresStore
+
+DRAIN_SLACK_S = 2.0
+"""Beyond ``stop_timeout_ms``, how long the root waits for the lifecycle to return."""
+
+
+class ControlStatistics(msgspec.Struct, frozen=True):
+    owner: str
+    lifecycle: LifecycleStatistics
+    http: tuple[str, int] | None
+    ssi_retries: int
+    admit_statements: int
+
+
+class ClusterControl:
+    """A running replica. Read-only for callers, except ``request_stop``."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: PostgresStore,
+        metrics: Metrics,
+        lifecycle: Lifecycle,
+        readiness: Readiness,
+        recovery: RecoveryReport,
+        trace: list[str],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.readiness = readiness
+        self.recovery = recovery
+        self.trace = trace
+        """The start/stop steps in the order they happened (tests check the order)."""
+        self.http_address: tuple[str, int] | None = None
+        self.app: AdmissionApp | None = None
+        self._stop_requested = trio.Event()
+
+    def request_stop(self) -> None:
+        """Ask ``serve`` (or any waiter on ``wait_stop_requested``) to stop gracefully."""
+        self._stop_requested.set()
+
+    async def wait_stop_requested(self) -> None:
+        await self._stop_requested.wait()
+
+    def statistics(self) -> ControlStatistics:
+        return ControlStatistics(
+            owner=self.config.owner,
+            lifecycle=self.lifecycle.statistics(),
+            http=self.http_address,
+            ssi_retries=self.store.ssi_retries,
+            admit_statements=self.store.admit_statements,
+        )
+
+
+@asynccontextmanager
+async def open_cluster_control(
+    config: Config, *, sink: DiagnosticSink | None = None
+) -> AsyncIterator[ClusterControl]:
+    """Run one replica for the duration of the block; leaving it stops in order.
+
+    Raises:
+        ConfigError: the configuration is invalid or has no DSN (nothing was opened).
+        DatabaseUnavailable: the database could not be reached.
+        SchemaNotReady: readiness failed; the message lists every finding.
+
+    Cancellation:
+        Leaving the block normally (or by an exception from the body) drains within
+        ``stop_timeout_ms``; cancelling the enclosing scope cuts everything at once and
+        leaves in-flight claims to expire.
+    """
+    validate(config)
+    if not config.dsn:
+        raise ConfigError("dsn: a runtime DSN is required (flag --dsn or QLSCHED_DSN)")
+    sink = sink or DiagnosticSink(replica=config.owner)
+    trace: list[str] = []
+    pool_size = max(2, min(config.claim_budget, 8))
+    async with (
+        open_database(config.dsn, max_size=pool_size, application_name="qlsched-claim") as claim_db,
+        open_database(
+            config.dsn, isolation="serializable", max_size=2, application_name="qlsched-admit"
+        ) as admit_db,
+    ):
+        trace.append("pools_opened")
+
+        async def ready_fn(conn: Connection) -> Readiness:
+            return await check_readiness(conn, lease_ms=config.lease_ms)
+
+        readiness = await claim_db.run(ready_fn)
+        if not readiness.ready:
+            sink.emit(Diagnostic(code="schema_not_ready", count=len(readiness.findings)))
+            raise SchemaNotReady("schema not ready: " + "; ".join(readiness.findings))
+        trace.append("ready")
+        recovery = await recover(claim_db, replica=config.owner)
+        if recovery.marked:
+            sink.emit(Diagnostic(code="recovery_marked", count=recovery.marked))
+        trace.append("recovered")
+
+        store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
+        metrics = Metrics()
+        coordinator = Coordinator(store, config, sink, metrics)
+        lifecycle = Lifecycle(coordinator, config)
+        control = ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(lifecycle.run)
+                trace.append("lifecycle_started")
+                http_scope = trio.CancelScope()
+                address = config.http_address()
+                if address is not None:
+                    app = AdmissionApp(
+                        lifecycle=lifecycle,
+                        metrics=metrics,
+                        reader=store,
+                        sink=sink,
+                        replica=config.owner,
+                    )
+
+                    async def run_http(
+                        *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+                        with http_scope:
+                            await serve_http(app, address[0], address[1], task_status=task_status)
+
+                    control.http_address = await nursery.start(run_http)
+                    control.app = app
+                    trace.append("http_opened")
+                try:
+                    yield control
+                finally:
+                    if control.app is not None:
+                        control.app.withdraw()
+                        http_scope.cancel()
+                        trace.append("http_closed")
+                    lifecycle.stop()
+                    budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
+                    with trio.move_on_after(budget if math.isfinite(budget) else 30, shield=True):
+                        await lifecycle.wait_stopped()
+                    trace.append("lifecycle_stopped")
+        finally:
+            trace.append("pools_closing")
+
+
+async def serve(
+    config: Config,
+    *,
+    sink: DiagnosticSink | None = None,
+    task_status: trio.TaskStatus[ClusterControl] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``await nursery.start(qlsched.serve, config)``: run a replica until
+    ``control.request_stop()`` (graceful, in order) or cancellation (immediate)."""
+    async with open_cluster_control(config, sink=sink) as control:
+        task_status.started(control)
+        await control.wait_stop_requested()
