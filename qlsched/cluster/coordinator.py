@@ -1,0 +1,406 @@
+"""One bounded coordinator round: claim, decide each claim in its own task, admit the Fires.
+
+Authority: the database decides who holds a row (the claim fence) and what time it is (each
+claim carries the database time it was taken, the ``now`` of its decision). This module only
+computes and drives the ``ScheduleStore`` port; it reads no clock of its own except Trio's,
+for the round's duration.
+
+Invariants of a round:
+
+- exactly one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the claim budget
+  (hard cap 256);
+- each claim is settled in its own task in a nursery the round opens, so the round returns
+  only when every claim task has ended: rounds cannot overlap by construction;
+- Run and Attempt ids are minted (``keys.fire_request``) only for a ``Fire`` decision;
+- the round's Fires are admitted together in at most one ``store.admit`` call, after the
+  nursery has ended (batch admission, DESIGN §5);
+- a claim task catches ``Exception`` at its top and reports a diagnostic (class name and
+  SQLSTATE only, never the message); ``Cancelled`` and other ``BaseException`` pass;
+- when the lifecycle is stopping, a claim not yet decided is released under its fence
+  instead of being decided.
+
+A claim the round could not settle (an exception, an unusable spec, a digest that does not
+verify, an unknown commit) is left to expire: one lease is the natural back-off, and any
+replica that later claims the row decides the same occurrence under the same key.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections import OrderedDict
+from typing import Final, assert_never
+from zoneinfo import ZoneInfoNotFoundError
+
+import msgspec
+import trio
+
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import CLAIM_BUDGET_HARD_CAP, Config
+from qlsched.core.cron import CronError, parse_cron
+from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
+from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.keys import fire_request
+from qlsched.core.outcomes import (
+    Admitted,
+    CommitUnknown,
+    DigestInvalid,
+    FenceLost,
+    Fire,
+    Inactive,
+    Initialize,
+    Initialized,
+    NotDue,
+    Outcome,
+    Released,
+    RetryExhausted,
+    RevisionChanged,
+    Skip,
+    Skipped,
+    StoreFailed,
+    outcome_code,
+)
+from qlsched.core.store import ScheduleStore
+
+SPEC_CACHE_SIZE: Final = 4096
+"""Parsed trigger specs kept (least recently used out): one per (project, trigger, revision,
+digest), so a re-published revision is parsed once and the old entry ages out."""
+
+_POLICIES: Final[dict[str, MisfirePolicy]] = {"skip": "skip", "fire_once": "fire_once"}
+
+# Diagnostic (and ``errors`` / metric label) codes raised by the coordinator itself; store
+# outcomes that need an operator's eye use their outcome tag as the code.
+CLAIM_FAILED: Final = "claim_task_failed"
+SPEC_INVALID: Final = "spec_invalid"
+ADMIT_FAILED: Final = "admit_error"
+ADMIT_MISMATCH: Final = "admit_mismatch"
+
+
+class RoundStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What one round did; counts of store outcomes are rows, ``*_occurrences`` are cron
+    occurrences. ``budget_exhausted`` is ``claimed == budget``."""
+
+    budget: int
+    claimed: int = 0
+    fired: int = 0
+    """Fire decisions (Run/Attempt ids minted), admitted or not."""
+    admitted: int = 0
+    initialized: int = 0
+    skipped: int = 0
+    released: int = 0
+    not_due: int = 0
+    released_on_stop: int = 0
+    """Claims released undecided because the lifecycle was stopping (also in ``released``
+    when the release succeeded)."""
+    fence_lost: dict[str, int] = msgspec.field(default_factory=dict)
+    revision_changed: int = 0
+    digest_invalid: int = 0
+    inactive: int = 0
+    commit_unknown: int = 0
+    retry_exhausted: int = 0
+    store_failed: int = 0
+    errors: dict[str, int] = msgspec.field(default_factory=dict)
+    """Diagnostic code -> count, for failures that are not store outcomes."""
+    coalesced: int = 0
+    skipped_occurrences: int = 0
+    duration_ms: float = 0.0
+    budget_exhausted: bool = False
+    stopping: bool = False
+    """The lifecycle was stopping by the time the claim statement returned."""
+
+    @property
+    def races_lost(self) -> int:
+        return sum(self.fence_lost.values())
+
+
+@dataclasses.dataclass(slots=True)
+class _Tally:
+    """A round's counts while it runs (one task at a time touches it: Trio is cooperative)."""
+
+    claimed: int = 0
+    fired: int = 0
+    admitted: int = 0
+    initialized: int = 0
+    skipped: int = 0
+    released: int = 0
+    not_due: int = 0
+    released_on_stop: int = 0
+    fence_lost: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    revision_changed: int = 0
+    digest_invalid: int = 0
+    inactive: int = 0
+    commit_unknown: int = 0
+    retry_exhausted: int = 0
+    store_failed: int = 0
+    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    coalesced: int = 0
+    skipped_occurrences: int = 0
+    stopping: bool = False
+
+    def freeze(self, budget: int, duration_ms: float) -> RoundStats:
+        return RoundStats(
+            budget=budget,
+            claimed=self.claimed,
+            fired=self.fired,
+            admitted=self.admitted,
+            initialized=self.initialized,
+            skipped=self.skipped,
+            released=self.released,
+            not_due=self.not_due,
+            released_on_stop=self.released_on_stop,
+            fence_lost=dict(self.fence_lost),
+            revision_changed=self.revision_changed,
+            digest_invalid=self.digest_invalid,
+            inactive=self.inactive,
+            commit_unknown=self.commit_unknown,
+            retry_exhausted=self.retry_exhausted,
+            store_failed=self.store_failed,
+            errors=dict(self.errors),
+            coalesced=self.coalesced,
+            skipped_occurrences=self.skipped_occurrences,
+            duration_ms=duration_ms,
+            budget_exhausted=self.claimed >= budget,
+            stopping=self.stopping,
+        )
+
+
+class _InvalidSpec(msgspec.Struct, frozen=True):
+    """A revision whose cron, zone or misfire settings cannot be used (cached like a spec)."""
+
+    exception: str | None
+
+
+_SpecKey = tuple[str, str, int, str]
+
+
+def _build_spec(claim: Claim) -> TriggerSpec | _InvalidSpec:
+    policy = _POLICIES.get(claim.misfire_policy)
+    if policy is None or not 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
+        return _InvalidSpec(exception=None)
+    try:
+        cron = parse_cron(claim.cron, claim.timezone)
+    except (CronError, ZoneInfoNotFoundError) as exc:
+        # Publish validates both, so this is a corrupt revision: fail closed. Any other
+        # exception is a bug and surfaces as ``claim_task_failed``.
+        return _InvalidSpec(exception=type(exc).__name__)
+    return TriggerSpec(cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms)
+
+
+class Coordinator:
+    """Runs bounded rounds against one store for one replica (``config.owner``).
+
+    Ownership: holds no task and no nursery between rounds; ``run_round`` opens and closes
+    its own. The spec cache is the only state that outlives a round. The lifecycle calls
+    ``run_round`` sequentially; calling it concurrently is allowed by the store protocol but
+    defeats the budget.
+    """
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        config: Config,
+        sink: DiagnosticSink,
+        metrics: Metrics,
+        *,
+        spec_cache_size: int = SPEC_CACHE_SIZE,
+    ) -> None:
+        self._store = store
+        self._owner = config.owner
+        self._lease_ms = config.lease_ms
+        self._budget = max(1, min(config.claim_budget, CLAIM_BUDGET_HARD_CAP))
+        self._specs: OrderedDict[_SpecKey, TriggerSpec | _InvalidSpec] = OrderedDict()
+        self._spec_cache_size = max(1, spec_cache_size)
+        self.sink: Final = sink
+        self.metrics: Final = metrics
+
+    @property
+    def budget(self) -> int:
+        """Rows claimed per round at most: ``config.claim_budget`` capped at 256."""
+        return self._budget
+
+    async def run_round(self, stop: trio.Event | None = None) -> RoundStats:
+        """Claim up to the budget, settle every claim, admit the Fires in one batch.
+
+        Args:
+            stop: set by the lifecycle when stopping. Set on entry: nothing is claimed. Set
+                while the claim statement runs: that statement completes (its rows would
+                otherwise be stranded for a whole lease) and every claim it returned is
+                released undecided under its fence.
+
+        Returns:
+            The round's counts. They are also added to the metrics, even when the round is
+            cut short by cancellation or an exception.
+
+        Raises:
+            Whatever ``store.claim`` raises (the lifecycle reports it as a round failure).
+            Failures after the claim are reported per claim and never raised.
+
+        Cancellation:
+            Safe at any point: a claim whose write was cut is left to expire. The caller's
+            cancel scope bounds the whole round (the stop deadline).
+        """
+        if stop is not None and stop.is_set():
+            return RoundStats(budget=self._budget, stopping=True)
+        started = trio.current_time()
+        tally = _Tally()
+        try:
+            claims = await self._store.claim(self._owner, self._budget, self._lease_ms)
+            tally.claimed = len(claims)
+            tally.stopping = stop is not None and stop.is_set()
+            fires: list[FireRequest] = []
+            async with trio.open_nursery() as nursery:
+                for claim in claims:
+                    nursery.start_soon(self._settle, claim, stop, fires, tally)
+            if fires:
+                await self._admit(fires, tally)
+        finally:
+            duration_ms = (trio.current_time() - started) * 1000
+            stats = tally.freeze(self._budget, duration_ms)
+            self.metrics.observe_round(stats)
+        return stats
+
+    async def _settle(
+        self,
+        claim: Claim,
+        stop: trio.Event | None,
+        fires: list[FireRequest],
+        tally: _Tally,
+    ) -> None:
+        """Decide one claim and write its result (or queue its Fire for the batch)."""
+        try:
+            if stop is not None and stop.is_set():
+                tally.released_on_stop += 1
+                self._count(await self._store.release(claim), tally)
+                return
+            spec = self._spec(claim)
+            if isinstance(spec, _InvalidSpec):
+                # Left to expire rather than released: a released row is due again at once
+                # and, ordered first, would take the budget from valid rows every round.
+                tally.errors[SPEC_INVALID] += 1
+                self.sink.emit(
+                    Diagnostic(
+                        code=SPEC_INVALID,
+                        replica=self._owner,
+                        at_ms=claim.claimed_at_ms,
+                        project_id=claim.project_id,
+                        trigger_id=claim.trigger_id,
+                        exception=spec.exception,
+                    )
+                )
+                return
+            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+            match decision:
+                case Initialize(next_ms=next_ms):
+                    outcome = await self._store.initialize(claim, next_ms)
+                case NotDue():
+                    tally.not_due += 1
+                    outcome = await self._store.release(claim)
+                case Fire():
+                    fires.append(fire_request(claim, decision))
+                    tally.fired += 1
+                    return
+                case Skip():
+                    outcome = await self._store.skip(claim, decision)
+                case _:
+                    assert_never(decision)
+            self._count(outcome, tally)
+        except Exception as exc:
+            tally.errors[CLAIM_FAILED] += 1
+            self.sink.emit(
+                from_exception(
+                    CLAIM_FAILED,
+                    exc,
+                    replica=self._owner,
+                    at_ms=claim.claimed_at_ms,
+                    project_id=claim.project_id,
+                    trigger_id=claim.trigger_id,
+                )
+            )
+
+    async def _admit(self, fires: list[FireRequest], tally: _Tally) -> None:
+        try:
+            outcomes = await self._store.admit(fires)
+        except Exception as exc:
+            # The store reports every expected failure as an outcome; an exception here is
+            # a bug or an unclassified boundary failure. Nothing is retried: the claims
+            # expire and the next claimer admits the same occurrences under the same keys.
+            tally.errors[ADMIT_FAILED] += 1
+            self.sink.emit(from_exception(ADMIT_FAILED, exc, replica=self._owner, count=len(fires)))
+            return
+        if len(outcomes) != len(fires):
+            tally.errors[ADMIT_MISMATCH] += 1
+            self.sink.emit(Diagnostic(code=ADMIT_MISMATCH, replica=self._owner, count=len(fires)))
+            return
+        for fire, outcome in zip(fires, outcomes, strict=True):
+            if isinstance(outcome, Admitted):
+                tally.coalesced += fire.coalesced
+            self._count(outcome, tally)
+
+    def _spec(self, claim: Claim) -> TriggerSpec | _InvalidSpec:
+        key = (claim.project_id, claim.trigger_id, claim.trigger_revision, claim.trigger_digest)
+        spec = self._specs.get(key)
+        if spec is not None:
+            self._specs.move_to_end(key)
+            return spec
+        spec = _build_spec(claim)
+        self._specs[key] = spec
+        if len(self._specs) > self._spec_cache_size:
+            self._specs.popitem(last=False)
+        return spec
+
+    def _count(self, outcome: Outcome, tally: _Tally) -> None:
+        """Tally one store outcome; report those an operator must see."""
+        match outcome:
+            case Admitted(scheduled_for_ms=scheduled_for_ms, admitted_at_ms=admitted_at_ms):
+                tally.admitted += 1
+                self.metrics.observe_lag_ms(admitted_at_ms - scheduled_for_ms)
+            case Initialized():
+                tally.initialized += 1
+            case Skipped(skipped=skipped):
+                tally.skipped += 1
+                tally.skipped_occurrences += skipped
+            case Released():
+                tally.released += 1
+            case FenceLost(part=part):
+                # A lost race is normal operation (a takeover after expiry, a re-publish):
+                # counted by part, not reported.
+                tally.fence_lost[part] += 1
+            case RevisionChanged():
+                tally.revision_changed += 1
+            case Inactive():
+                tally.inactive += 1
+            case DigestInvalid():
+                tally.digest_invalid += 1
+                self._report(outcome)
+            case CommitUnknown(exception=exception):
+                tally.commit_unknown += 1
+                self._report(outcome, exception=exception)
+            case RetryExhausted(attempts=attempts, sqlstate=sqlstate):
+                tally.retry_exhausted += 1
+                self._report(outcome, sqlstate=sqlstate, count=attempts)
+            case StoreFailed(sqlstate=sqlstate, exception=exception):
+                tally.store_failed += 1
+                self._report(outcome, sqlstate=sqlstate, exception=exception)
+            case _:
+                assert_never(outcome)
+
+    def _report(
+        self,
+        outcome: DigestInvalid | CommitUnknown | RetryExhausted | StoreFailed,
+        *,
+        sqlstate: str | None = None,
+        exception: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        self.sink.emit(
+            Diagnostic(
+                code=outcome_code(outcome),
+                replica=self._owner,
+                project_id=outcome.project_id,
+                trigger_id=outcome.trigger_id,
+                sqlstate=sqlstate,
+                exception=exception,
+                count=count,
+            )
+        )

@@ -1,0 +1,225 @@
+"""HTTP admission: health, readiness, metrics and the schedule list, on hypercorn's Trio worker.
+
+A plain ASGI callable (no framework) with four GET endpoints:
+
+- ``/healthz``: 200 while the process serves at all;
+- ``/readyz``: 200 only while the lifecycle runs and is not stopping, else 503 (starting,
+  draining, or admission withdrawn by the composition root);
+- ``/metrics``: this replica's Prometheus text; the due-backlog gauge is refreshed from the
+  store once per scrape (bounded by a timeout; on failure the previous value stays);
+- ``/v1/schedules``: the schedule rows as JSON (``?limit=N``, 1..1000, default 1000).
+
+Failures behind an endpoint answer 503 and go to the diagnostic sink by code and exception
+class; no response body or log line carries an exception message. Hypercorn's own access and
+error logs are off for the same reason: stderr belongs to the JSON-lines diagnostic sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Final
+from urllib.parse import parse_qs
+
+import hypercorn.config
+import hypercorn.trio
+import msgspec
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
+
+from qlsched.cluster.lifecycle import Lifecycle
+from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.diagnostics import DiagnosticSink, from_exception
+from qlsched.core.store import ScheduleReader, ScheduleView
+
+SCHEDULES_LIMIT_MAX: Final = 1000
+STORE_TIMEOUT_S: Final = 5.0
+"""Bound on the store reads behind ``/metrics`` and ``/v1/schedules``."""
+
+BACKLOG_FAILED: Final = "backlog_failed"
+SCHEDULES_FAILED: Final = "schedules_failed"
+
+_TEXT: Final = b"text/plain; charset=utf-8"
+_JSON: Final = b"application/json"
+
+
+class SchedulesResponse(msgspec.Struct, frozen=True):
+    schedules: list[ScheduleView]
+
+
+class _Response(msgspec.Struct, frozen=True):
+    status: int
+    body: bytes
+    content_type: bytes = _TEXT
+    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class AdmissionApp:
+    """The ASGI application of one replica.
+
+    Ownership: reads the lifecycle's readiness, renders ``metrics``, reads ``reader``; owns
+    nothing that needs closing. ``withdraw()`` turns readiness off for good (the first step
+    of the composition root's stop order, before the listener closes).
+    """
+
+    def __init__(
+        self,
+        *,
+        lifecycle: Lifecycle,
+        metrics: Metrics,
+        reader: ScheduleReader,
+        sink: DiagnosticSink,
+        replica: str = "",
+        store_timeout_s: float = STORE_TIMEOUT_S,
+    ) -> None:
+        self._lifecycle = lifecycle
+        self._metrics = metrics
+        self._reader = reader
+        self._sink = sink
+        self._replica = replica
+        self._store_timeout_s = store_timeout_s
+        self._withdrawn = False
+        self._encoder = msgspec.json.Encoder()
+
+    @property
+    def ready(self) -> bool:
+        return not self._withdrawn and self._lifecycle.ready
+
+    def withdraw(self) -> None:
+        """Answer 503 on ``/readyz`` from now on, whatever the lifecycle does."""
+        self._withdrawn = True
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            response = await self._respond(scope)
+            await self._send(scope, send, response)
+        else:  # websocket: refused before the handshake (policy violation)
+            await send({"type": "websocket.close", "code": 1008, "reason": None})
+
+    async def _lifespan(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _respond(self, scope: HTTPScope) -> _Response:
+        path = scope["path"]
+        route = _ROUTES.get(path)
+        if route is None:
+            return _Response(404, b"not found\n")
+        if scope["method"] not in ("GET", "HEAD"):
+            allow = ((b"allow", b"GET, HEAD"),)
+            return _Response(405, b"method not allowed\n", extra_headers=allow)
+        return await route(self, scope)
+
+    async def _healthz(self, scope: HTTPScope) -> _Response:
+        return _Response(200, b"ok\n")
+
+    async def _readyz(self, scope: HTTPScope) -> _Response:
+        if self.ready:
+            return _Response(200, b"ready\n")
+        return _Response(503, b"not ready\n")
+
+    async def _metrics_text(self, scope: HTTPScope) -> _Response:
+        try:
+            with trio.fail_after(self._store_timeout_s):
+                backlog = await self._reader.due_backlog()
+        except Exception as exc:
+            # The scrape still answers: every other series is local, the gauge keeps its
+            # previous value and the failure is counted.
+            self._metrics.count_error(BACKLOG_FAILED)
+            self._sink.emit(from_exception(BACKLOG_FAILED, exc, replica=self._replica))
+        else:
+            self._metrics.set_due_backlog(backlog)
+        return _Response(200, self._metrics.render(), METRICS_CONTENT_TYPE.encode())
+
+    async def _schedules(self, scope: HTTPScope) -> _Response:
+        limit = _limit(scope["query_string"])
+        if limit is None:
+            return _Response(400, b"limit must be an integer 1..1000\n")
+        try:
+            with trio.fail_after(self._store_timeout_s):
+                rows = await self._reader.list_schedules(limit)
+        except Exception as exc:
+            self._metrics.count_error(SCHEDULES_FAILED)
+            self._sink.emit(from_exception(SCHEDULES_FAILED, exc, replica=self._replica))
+            return _Response(503, b'{"error":"store_unavailable"}', _JSON)
+        return _Response(200, self._encoder.encode(SchedulesResponse(rows)), _JSON)
+
+    async def _send(self, scope: HTTPScope, send: ASGISendCallable, response: _Response) -> None:
+        headers = [
+            (b"content-type", response.content_type),
+            (b"content-length", str(len(response.body)).encode()),
+            (b"cache-control", b"no-store"),
+            *response.extra_headers,
+        ]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        body = b"" if scope["method"] == "HEAD" else response.body
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+_Route = Callable[[AdmissionApp, HTTPScope], Awaitable[_Response]]
+_ROUTES: Final[dict[str, _Route]] = {
+    "/healthz": AdmissionApp._healthz,
+    "/readyz": AdmissionApp._readyz,
+    "/metrics": AdmissionApp._metrics_text,
+    "/v1/schedules": AdmissionApp._schedules,
+}
+
+
+def _limit(query_string: bytes) -> int | None:
+    values = parse_qs(query_string.decode("latin-1")).get("limit")
+    if not values:
+        return SCHEDULES_LIMIT_MAX
+    try:
+        limit = int(values[-1])
+    except ValueError:
+        return None
+    return limit if 1 <= limit <= SCHEDULES_LIMIT_MAX else None
+
+
+def _parse_bind(bind: str) -> tuple[str, int]:
+    """``http://127.0.0.1:8080`` or ``http://[::1]:8080`` -> (host, port)."""
+    address = bind.partition("://")[2]
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def serve_http(
+    app: AdmissionApp,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``host:port`` until cancelled.
+
+    Calls ``task_status.started((host, actual_port))`` once, after the listener is bound, so
+    ``port=0`` works (hypercorn reports the bound address of each socket it created).
+
+    Cancellation:
+        Stopping is cancelling the caller's scope: the listener closes and requests in
+        flight are cut. Withdraw readiness first (``app.withdraw()``) for a graceful stop.
+
+    Raises:
+        OSError: when the address cannot be bound.
+    """
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(
+                hypercorn.trio.serve, app, config, shutdown_trigger=trio.sleep_forever, mode="asgi"
+            )
+        )
+        task_status.started(_parse_bind(binds[0]))

@@ -1,0 +1,207 @@
+"""The cadence: one coordinator round at a time, catch-up, back-off, and a bounded stop.
+
+States: created -> running (``run`` started) -> stopping (``stop()`` called) -> stopped
+(``run`` returned). Readiness is ``running and not stopping``.
+
+Invariants:
+
+- Rounds never overlap. One task runs them in sequence; the next round starts one cadence
+  after the previous round *started*, so a round that overruns delays the next one and never
+  doubles it up.
+- Catch-up: a round that used its whole claim budget (and did not hand every claim straight
+  back) is followed at once by the next, still in sequence.
+- Errors escaping a round go to the diagnostic sink and never end the cadence; consecutive
+  failures back off exponentially (cadence x 2^n, capped at ``max(30 s, cadence)``), so a
+  broken database is never hammered by a busy loop.
+- Stop: claiming ends at once (no new round starts; the cadence or back-off wait is cut), the
+  round in flight may finish its decisions and admit, claims it had not yet decided are
+  released under their fence, and its cancel scope gets the deadline now + ``stop_timeout_ms``.
+  At the deadline whatever is left is cancelled (those claims are left to expire) and ``run``
+  returns.
+
+Time: cadence and deadlines use ``trio.current_time()`` (so a MockClock drives them); every
+durable time comes from the store.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+import trio
+
+from qlsched.cluster.coordinator import Coordinator, RoundStats
+from qlsched.core.config import Config
+from qlsched.core.diagnostics import from_exception
+
+MAX_BACKOFF_MS: Final = 30_000
+"""Back-off ceiling after repeated round failures (raised to the cadence if that is longer)."""
+
+_MAX_BACKOFF_EXPONENT: Final = 16
+
+ROUND_FAILED: Final = "round_failed"
+
+
+class LifecycleStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot for ``/readyz``, ``status`` and tests."""
+
+    rounds: int
+    """Rounds ended (successful, failed or cut by the stop deadline)."""
+    round_failures: int
+    consecutive_failures: int
+    running: bool
+    stopping: bool
+    stopped: bool
+    ready: bool
+    """``running and not stopping``: the replica is scheduling."""
+    last_round: RoundStats | None
+
+
+class Lifecycle:
+    """Runs a coordinator's rounds on the cadence until stopped.
+
+    Ownership: ``run`` is the only task; it opens the cancel scope of each round and the
+    round opens its own nursery, so nothing here stores a nursery. ``stop`` undoes ``run``.
+    A Lifecycle runs once.
+
+    Example::
+
+        lifecycle = Lifecycle(coordinator, config)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lifecycle.run)
+            ...
+            lifecycle.stop()  # run returns within stop_timeout_ms
+    """
+
+    def __init__(
+        self, coordinator: Coordinator, config: Config, *, max_backoff_ms: int = MAX_BACKOFF_MS
+    ) -> None:
+        self._coordinator = coordinator
+        self._sink = coordinator.sink
+        self._metrics = coordinator.metrics
+        self._owner = config.owner
+        self._cadence_s = config.cadence_ms / 1000
+        self._stop_timeout_s = config.stop_timeout_ms / 1000
+        self._max_backoff_s = max(max_backoff_ms, config.cadence_ms) / 1000
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        self._round_ended = trio.Event()
+        self._round_scope: trio.CancelScope | None = None
+        self._started = False
+        self._running = False
+        self._rounds = 0
+        self._round_failures = 0
+        self._consecutive_failures = 0
+        self._last_round: RoundStats | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._running and not self._stop.is_set()
+
+    def statistics(self) -> LifecycleStatistics:
+        return LifecycleStatistics(
+            rounds=self._rounds,
+            round_failures=self._round_failures,
+            consecutive_failures=self._consecutive_failures,
+            running=self._running,
+            stopping=self._stop.is_set(),
+            stopped=self._stopped.is_set(),
+            ready=self.ready,
+            last_round=self._last_round,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run rounds on the cadence until ``stop()``; reports started before the first round.
+
+        Cancellation:
+            Cancelling the caller's scope cuts everything at once (claims left to expire);
+            ``stop()`` is the graceful path with a deadline.
+
+        Raises:
+            RuntimeError: when called a second time.
+        """
+        if self._started:
+            raise RuntimeError("a Lifecycle runs once")
+        self._started = True
+        self._running = True
+        try:
+            task_status.started()
+            await self._cadence()
+        finally:
+            self._running = False
+            self._round_scope = None
+            self._stopped.set()
+            self._round_ended.set()
+
+    def stop(self) -> None:
+        """Stop claiming now and give the round in flight ``stop_timeout_ms`` to finish.
+
+        Idempotent; may be called before ``run`` (which then returns at once). Must be called
+        from the Trio thread.
+        """
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        scope = self._round_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + self._stop_timeout_s)
+
+    async def wait_stopped(self) -> None:
+        """Return once ``run`` has returned."""
+        await self._stopped.wait()
+
+    async def wait_rounds(self, rounds: int) -> None:
+        """Return once ``rounds`` rounds have ended in total, or the lifecycle has stopped."""
+        while self._rounds < rounds and not self._stopped.is_set():
+            await self._round_ended.wait()
+
+    async def _cadence(self) -> None:
+        while not self._stop.is_set():
+            started = trio.current_time()
+            stats: RoundStats | None = None
+            failure: Exception | None = None
+            try:
+                with trio.CancelScope() as scope:
+                    self._round_scope = scope
+                    stats = await self._coordinator.run_round(self._stop)
+            except Exception as exc:
+                # Also what is left of an ExceptionGroup once the scope took its Cancelled.
+                failure = exc
+            finally:
+                self._round_scope = None
+            self._end_round(stats, failure)
+            if scope.cancelled_caught:
+                # Only ``stop()`` puts a deadline on the round's scope: the drain is over.
+                return
+            delay = self._delay(stats)
+            with trio.move_on_at(started + delay):
+                await self._stop.wait()
+
+    def _end_round(self, stats: RoundStats | None, failure: Exception | None) -> None:
+        self._rounds += 1
+        if failure is not None:
+            self._round_failures += 1
+            self._consecutive_failures += 1
+            self._metrics.round_failures.inc()
+            self._metrics.count_error(ROUND_FAILED)
+            self._sink.emit(
+                from_exception(
+                    ROUND_FAILED, failure, replica=self._owner, count=self._consecutive_failures
+                )
+            )
+        elif stats is not None:
+            self._consecutive_failures = 0
+            self._last_round = stats
+        round_ended, self._round_ended = self._round_ended, trio.Event()
+        round_ended.set()
+
+    def _delay(self, stats: RoundStats | None) -> float:
+        """Seconds from the round's start to the next round's start."""
+        if self._consecutive_failures:
+            exponent = min(self._consecutive_failures, _MAX_BACKOFF_EXPONENT)
+            return min(self._cadence_s * (1 << exponent), self._max_backoff_s)
+        if stats is not None and stats.budget_exhausted and stats.released < stats.claimed:
+            # Catch-up. A round that handed every claim straight back would claim the very
+            # same rows again at once (they stay first in claim order): wait a cadence.
+            return 0.0
+        return self._cadence_s

@@ -1,0 +1,158 @@
+"""Prometheus metrics of one replica, in a registry of its own.
+
+Each ``Metrics`` owns one ``CollectorRegistry``: several replicas can share a process (the
+demo runs three) without their series colliding, and nothing is ever registered in the
+library's global registry. The coordinator feeds it once per round (``observe_round``) plus
+one schedule-lag sample per admitted Run; the HTTP ``/metrics`` endpoint refreshes the due
+backlog gauge from the store at most once per scrape and renders the text exposition.
+
+Every label value is a closed code (an outcome tag, a fence part, a diagnostic code), never
+free text, so a scrape can carry no payload or driver message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+from qlsched.core.outcomes import FencePart
+
+if TYPE_CHECKING:
+    from qlsched.cluster.coordinator import RoundStats
+
+CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
+"""The media type of ``Metrics.render()`` (the classic text format, version 0.0.4)."""
+
+# Store outcome codes (the ``outcome`` tags of qlsched.core.outcomes), pre-created at 0 so a
+# dashboard sees every series from the first scrape instead of a gap until the first event.
+OUTCOME_CODES: Final = (
+    "admitted",
+    "initialized",
+    "skipped",
+    "released",
+    "fence_lost",
+    "revision_changed",
+    "digest_invalid",
+    "inactive",
+    "commit_unknown",
+    "retry_exhausted",
+    "store_failed",
+)
+
+# A round is a claim statement, a handful of short writes and one batch admit: milliseconds
+# normally, seconds when the database struggles, up to the stop deadline at worst.
+ROUND_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Lag = admitted_at - scheduled_for: one cadence (1 s) normally, the misfire grace (60 s) or a
+# lease (30 s, a takeover) when something went wrong, far more under ``fire_once``.
+LAG_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
+
+
+class Metrics:
+    """The counters, histograms and gauge of one replica, and their text exposition.
+
+    Ownership: the instance owns its registry; the composition root creates one per replica
+    and hands it to the coordinator (writer) and the HTTP app (reader).
+    """
+
+    def __init__(self) -> None:
+        self.registry: Final = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rounds: Final = Counter("qlsched_rounds", "Coordinator rounds completed.", registry=r)
+        self.round_failures: Final = Counter(
+            "qlsched_round_failures", "Rounds that ended in an exception.", registry=r
+        )
+        self.claims: Final = Counter("qlsched_claims", "Schedule rows claimed.", registry=r)
+        self.admits: Final = Counter("qlsched_admits", "Runs admitted.", registry=r)
+        self.outcomes: Final = Counter(
+            "qlsched_outcomes", "Store outcomes by code.", ["code"], registry=r
+        )
+        self.skips: Final = Counter(
+            "qlsched_skipped_occurrences",
+            "Occurrences skipped by the misfire policy 'skip'.",
+            registry=r,
+        )
+        self.coalesced: Final = Counter(
+            "qlsched_coalesced_occurrences",
+            "Occurrences passed over (not run) by an admitted 'fire_once' catch-up.",
+            registry=r,
+        )
+        self.races_lost: Final = Counter(
+            "qlsched_races_lost",
+            "Claim-scoped writes refused because the fence was lost.",
+            registry=r,
+        )
+        self.fence_lost: Final = Counter(
+            "qlsched_fence_lost",
+            "Lost fences by the first part that failed.",
+            ["part"],
+            registry=r,
+        )
+        self.errors: Final = Counter(
+            "qlsched_errors", "Errors by diagnostic code.", ["code"], registry=r
+        )
+        self.round_duration: Final = Histogram(
+            "qlsched_round_duration_seconds",
+            "Wall time of one coordinator round.",
+            buckets=ROUND_BUCKETS_S,
+            registry=r,
+        )
+        self.schedule_lag: Final = Histogram(
+            "qlsched_schedule_lag_seconds",
+            "Database time of admission minus the occurrence's scheduled time.",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
+        self.due_backlog: Final = Gauge(
+            "qlsched_due_backlog", "Active schedule rows due now, claimed or not.", registry=r
+        )
+        for code in OUTCOME_CODES:
+            self.outcomes.labels(code)
+        for part in get_args(FencePart):
+            self.fence_lost.labels(part)
+
+    def observe_round(self, stats: RoundStats) -> None:
+        """Add one round's counts (called once per round, even a round cut by the deadline)."""
+        self.rounds.inc()
+        self.round_duration.observe(stats.duration_ms / 1000)
+        self.claims.inc(stats.claimed)
+        self.admits.inc(stats.admitted)
+        self.skips.inc(stats.skipped_occurrences)
+        self.coalesced.inc(stats.coalesced)
+        by_code = {
+            "admitted": stats.admitted,
+            "initialized": stats.initialized,
+            "skipped": stats.skipped,
+            "released": stats.released,
+            "fence_lost": stats.races_lost,
+            "revision_changed": stats.revision_changed,
+            "digest_invalid": stats.digest_invalid,
+            "inactive": stats.inactive,
+            "commit_unknown": stats.commit_unknown,
+            "retry_exhausted": stats.retry_exhausted,
+            "store_failed": stats.store_failed,
+        }
+        for code, n in by_code.items():
+            if n:
+                self.outcomes.labels(code).inc(n)
+        if stats.races_lost:
+            self.races_lost.inc(stats.races_lost)
+        for part, n in stats.fence_lost.items():
+            self.fence_lost.labels(part).inc(n)
+        for code, n in stats.errors.items():
+            self.errors.labels(code).inc(n)
+
+    def observe_lag_ms(self, lag_ms: int) -> None:
+        """One admitted Run's lag; negative values (impossible with one clock) count as 0."""
+        self.schedule_lag.observe(max(lag_ms, 0) / 1000)
+
+    def count_error(self, code: str, n: int = 1) -> None:
+        self.errors.labels(code).inc(n)
+
+    def set_due_backlog(self, rows: int) -> None:
+        self.due_backlog.set(rows)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition (``CONTENT_TYPE``) of this replica only."""
+        return generate_latest(self.registry)

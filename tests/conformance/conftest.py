@@ -1,0 +1,30 @@
+"""The ``harness`` fixture: the conformance suite runs once per registered store.
+
+To add a store, register a factory: an async context manager taking the pytest request (so
+it can pull in other fixtures, e.g. a database) and yielding a ``StoreHarness``. Adding the
+PostgreSQL adapter is one line in ``HARNESSES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+
+from tests.conformance.harness import StoreHarness
+from tests.conformance.memory_harness import open_memory_harness
+from tests.conformance.pg_harness import open_pg_harness
+
+HarnessFactory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[StoreHarness]]
+
+HARNESSES: dict[str, HarnessFactory] = {
+    "memory": open_memory_harness,
+    "postgres": open_pg_harness,
+}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[StoreHarness]:
+    async with HARNESSES[request.param](request) as opened:
+        yield opened

@@ -1,0 +1,90 @@
+"""The store-agnostic test harness the conformance suite is written against.
+
+A harness wraps one store implementation (the in-memory store, the PostgreSQL adapter) and
+gives the suite what publish and an observer would: create and re-publish triggers, move a
+cursor or a claim's expiry, and read schedule rows and Runs back. The suite never touches an
+implementation directly, so every store passes the very same tests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Protocol
+
+import msgspec
+
+from qlsched.core.store import ScheduleReader, ScheduleStore
+
+
+class ScheduleRow(msgspec.Struct, frozen=True):
+    """One ``trigger_schedules`` row as stored (database times, epoch ms)."""
+
+    trigger_revision: int
+    next_fire_at_ms: int | None
+    last_scheduled_at_ms: int | None
+    state_version: int
+    claim_owner: str | None
+    claim_token: uuid.UUID | None
+    claim_version: int
+    claim_expires_at_ms: int | None
+    skipped_total: int
+    coalesced_total: int
+
+
+class RunRow(msgspec.Struct, frozen=True):
+    """One admitted Run with its attempt and event counts and the fence it was admitted under."""
+
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    scheduled_for_ms: int
+    idempotency_key: str
+    attempts: int
+    events: int
+    admitted_by_owner: str
+    admitted_claim_token: uuid.UUID
+    admitted_claim_version: int
+
+
+class StoreHarness(Protocol):
+    @property
+    def store(self) -> ScheduleStore: ...
+
+    @property
+    def reader(self) -> ScheduleReader: ...
+
+    async def add_trigger(
+        self,
+        project_id: str,
+        trigger_id: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        misfire_policy: str = "skip",
+        misfire_grace_ms: int = 60_000,
+        enabled: bool = True,
+    ) -> None:
+        """Publish a new trigger (its project active, created if missing): cursor NULL."""
+        ...
+
+    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
+        """Publish a new revision: cursor and claim cleared, state and claim versions + 1."""
+        ...
+
+    async def now_ms(self) -> int:
+        """The store's own clock (the database time)."""
+        ...
+
+    async def set_cursor(
+        self, project_id: str, trigger_id: str, next_fire_at_ms: int | None
+    ) -> None: ...
+
+    async def expire_claim(self, project_id: str, trigger_id: str) -> None:
+        """Move the row's claim expiry into the past (the claim stays otherwise as it is)."""
+        ...
+
+    async def schedule(self, project_id: str, trigger_id: str) -> ScheduleRow: ...
+
+    async def runs(self) -> list[RunRow]:
+        """Every Run, ordered by (project_id, trigger_id, scheduled_for_ms)."""
+        ...
