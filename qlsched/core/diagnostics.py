@@ -22,6 +22,8 @@ class Diagnostic(msgspec.Struct, frozen=True, omit_defaults=True):
     at_ms: int | None = None
     project_id: str | None = None
     trigger_id: str | None = None
+    part: str | None = None
+    """A closed enum from an outcome (a fence part, a revision part): never free text."""
     sqlstate: str | None = None
     exception: str | None = None
     count: int | None = None

@@ -11,6 +11,8 @@ import uuid
 
 import msgspec
 
+from qlsched.core.outcomes import FenceLost, RevisionChanged
+
 
 class ClaimFence(msgspec.Struct, frozen=True):
     owner: str
@@ -76,27 +78,28 @@ class ObservedSchedule(msgspec.Struct, frozen=True):
 
 def refusal(
     claim: Claim, observed: ObservedSchedule | None, now_ms: int, expected_cursor: int | None
-) -> tuple[str, str]:
-    """Why a fenced write touched no row: (``fence_lost`` | ``revision_changed``, part).
+) -> FenceLost | RevisionChanged:
+    """Why a fenced write touched no row, as the outcome naming the part that failed.
 
     The order is the one the admit statement checks in: revision, owner, token, version,
     expiry, state, cursor. The observation is diagnostic; the WHERE clause decided.
     """
+    p, t = claim.project_id, claim.trigger_id
     if observed is None:
-        return "fence_lost", "missing"
+        return FenceLost(p, t, part="missing")
     if observed.trigger_revision != claim.trigger_revision:
-        return "revision_changed", "trigger"
+        return RevisionChanged(p, t, part="trigger")
     if observed.claim_owner != claim.fence.owner:
-        return "fence_lost", "owner"
+        return FenceLost(p, t, part="owner")
     if observed.claim_token != claim.fence.token:
-        return "fence_lost", "token"
+        return FenceLost(p, t, part="token")
     if observed.claim_version != claim.fence.version:
-        return "fence_lost", "version"
+        return FenceLost(p, t, part="version")
     if observed.claim_expires_at_ms is None or observed.claim_expires_at_ms <= now_ms:
-        return "fence_lost", "expiry"
+        return FenceLost(p, t, part="expiry")
     if observed.state_version != claim.state_version:
-        return "fence_lost", "state"
+        return FenceLost(p, t, part="state")
     if observed.next_fire_at_ms != expected_cursor:
-        return "revision_changed", "cursor"
+        return RevisionChanged(p, t, part="cursor")
     # Nothing differs in what we observed: the row changed between observation and write.
-    return "fence_lost", "state"
+    return FenceLost(p, t, part="state")

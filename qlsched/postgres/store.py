@@ -135,7 +135,10 @@ class PostgresStore:
             return list(await conn.fetch(sql, owner, limit, lease_ms))
 
         rows = await self._claim_db.run(fn)
-        deadline = trio.current_time() + lease_ms / 1000 - LEASE_MARGIN_S
+        now = trio.current_time()
+        deadline = now + lease_ms / 1000 - LEASE_MARGIN_S
+        if self._deadlines:  # claims left to expire are never settled here: forget them
+            self._deadlines = {k: v for k, v in self._deadlines.items() if v > now}
         claims = [_claim_from_row(r) for r in rows]
         for c in claims:
             self._deadlines[c.fence.token] = deadline
@@ -333,12 +336,6 @@ class PostgresStore:
             )
         return row["settled_at_ms"], observed, row["now_ms"]
 
-    def _refused(self, claim: Claim, observed: ObservedSchedule | None, now_ms: int) -> Outcome:
-        kind, part = refusal(claim, observed, now_ms, claim.cursor_ms)
-        if kind == "revision_changed":
-            return RevisionChanged(claim.project_id, claim.trigger_id, part=part)  # type: ignore[arg-type]
-        return FenceLost(claim.project_id, claim.trigger_id, part=part)  # type: ignore[arg-type]
-
     async def _settle_outcome(
         self, claim: Claim, ok: Outcome, *, keep_cursor: bool, next_ms: int | None, skipped: int
     ) -> Outcome:
@@ -358,7 +355,7 @@ class PostgresStore:
                 exception=type(exc).__name__,
             )
         if settled is None:
-            return self._refused(claim, observed, now_ms)
+            return refusal(claim, observed, now_ms, claim.cursor_ms)
         return ok
 
     async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
