@@ -1,0 +1,154 @@
+"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N]`` (DESIGN.md §7).
+
+Expected lines were worked out by hand from the DST rule (see ``test_cron_dst.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from qlsched.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def check(
+    capsys: pytest.CaptureFixture[str], argv: list[str], code: int, out: list[str], err: str = ""
+) -> None:
+    """``qlsched next ARGV`` exits ``code``, prints exactly ``out`` and, on failure, one
+    stderr line starting with ``err``."""
+    assert main(["next", *argv]) == code
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == out
+    if err:
+        lines = captured.err.splitlines()
+        assert len(lines) == 1
+        assert lines[0].startswith(err)
+        assert "Traceback" not in captured.err
+    else:
+        assert captured.err == ""
+
+
+GOOD = [
+    pytest.param(
+        [
+            "30 2 * * *",
+            "--tz",
+            "America/New_York",
+            "--from",
+            "2026-03-07T12:00:00-05:00",
+            "-n",
+            "3",
+        ],
+        ["2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"],
+        id="gap-moves-fixed-time-to-03:00",
+    ),
+    pytest.param(
+        ["30 2 * * *", "--tz", "America/New_York", "--from", "2026-03-07T12:00", "-n", "1"],
+        ["2026-03-08T03:00:00-04:00"],
+        id="naive-from-read-in-tz",
+    ),
+    pytest.param(
+        ["30 * * * *", "--tz", "America/New_York", "--from", "2026-11-01T05:00:00Z", "-n", "3"],
+        ["2026-11-01T01:30:00-04:00", "2026-11-01T01:30:00-05:00", "2026-11-01T02:30:00-05:00"],
+        id="fold-wildcard-fires-both",
+    ),
+    pytest.param(
+        ["*/5 * * * * *", "--from", "2026-01-01T00:00:00+00:00", "-n", "3"],
+        ["2026-01-01T00:00:05+00:00", "2026-01-01T00:00:10+00:00", "2026-01-01T00:00:15+00:00"],
+        id="six-fields-utc-default",
+    ),
+    pytest.param(
+        ["@daily", "--tz", "Asia/Shanghai", "--from", "2026-01-01", "-n", "2"],
+        ["2026-01-02T00:00:00+08:00", "2026-01-03T00:00:00+08:00"],
+        id="date-only-from-is-midnight-strictly-after",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "out"), GOOD)
+def test_prints_fire_times(
+    capsys: pytest.CaptureFixture[str], argv: list[str], out: list[str]
+) -> None:
+    """N fire times strictly after --from, one per line, ISO 8601 with the zone's offset at
+    each instant; a --from without offset is read in --tz."""
+    check(capsys, argv, 0, out)
+
+
+BAD = [
+    pytest.param(["0 25 * * *"], "qlsched next: hour: 25 is out of range 0-23", id="expression"),
+    pytest.param(["0 0 L * *"], "qlsched next: day-of-month: 'L'", id="unsupported"),
+    pytest.param(["* * * *"], "qlsched next: expression: expected 5 fields", id="field-count"),
+    pytest.param(["* * * * *", "--tz", "Mars/Base"], "qlsched next: timezone:", id="zone"),
+    pytest.param(["* * * * *", "--from", "yesterday"], "qlsched next: --from:", id="instant"),
+    pytest.param(["* * * * *", "-n", "0"], "qlsched next: -n: must be at least 1", id="n-0"),
+    pytest.param(["* * * * *", "-n", "-3"], "qlsched next: -n: must be at least 1", id="n-neg"),
+    pytest.param(
+        ["0 0 1 1 *", "--from", "9999-06-01T00:00:00Z"],
+        "qlsched next: the fire times fall outside",
+        id="past-9999",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "err"), BAD)
+def test_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], err: str) -> None:
+    """Bad expression, zone, instant or n < 1: one line on stderr starting with
+    ``qlsched next: ``, nothing on stdout, exit 2, no traceback."""
+    check(capsys, argv, 2, [], err)
+
+
+def test_default_from_is_now(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --from the preview starts now: N increasing times, all in the future."""
+    before = datetime.now().astimezone()
+    assert main(["next", "* * * * * *", "--tz", "Europe/London", "-n", "3"]) == 0
+    times = [datetime.fromisoformat(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(times) == 3
+    assert before < times[0] < times[1] < times[2]
+
+
+def test_subprocess() -> None:
+    """``python -m qlsched next`` works as a separate process: exit 0, the lines on stdout,
+    and it loads neither asyncpg nor trio (the CLI imports only the chosen command)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    args = ["next", "30 1 * * *", "--tz", "Australia/Lord_Howe", "--from", "2026-04-04T12:00"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "qlsched", *args, "-n", "2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    # 01:30 is in the 30-minute fold [01:30, 02:00): a fixed hour fires its first instant.
+    assert result.stdout.splitlines() == ["2026-04-05T01:30:00+11:00", "2026-04-06T01:30:00+10:30"]
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
+    assert "qlsched.core.cron" in imported  # the import log was read
+    assert not {"asyncpg", "trio", "trio_asyncio", "hypercorn"} & imported
+
+
+def test_subprocess_bad_input() -> None:
+    """A bad expression in a real process: exit 2, one stderr line, no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "qlsched", "next", "61 * * * *"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == "qlsched next: minute: 61 is out of range 0-59\n"
