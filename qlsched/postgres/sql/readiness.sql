@@ -72,13 +72,15 @@ SELECT m.rolname::text AS member, g.rolname::text AS granted
  ORDER BY 1, 2;
 
 -- name: runtime_settings
--- The runtime role's own settings (all databases, or this one).
+-- The runtime role's own settings (all databases, then this one: the caller keeps the last
+-- value per name, so a per-database setting wins, as it does in the server).
 SELECT pg_catalog.unnest(s.setconfig) AS setting
   FROM pg_catalog.pg_db_role_setting AS s
   JOIN pg_catalog.pg_roles AS r ON r.oid = s.setrole
   LEFT JOIN pg_catalog.pg_database AS d ON d.oid = s.setdatabase
  WHERE r.rolname = 'qlsched_runtime'
-   AND (s.setdatabase = 0 OR d.datname = pg_catalog.current_database());
+   AND (s.setdatabase = 0 OR d.datname = pg_catalog.current_database())
+ ORDER BY s.setdatabase <> 0;
 
 -- name: default_function_acl
 -- Whether qlsched_owner's default privileges keep EXECUTE on new functions from PUBLIC.

@@ -1,0 +1,301 @@
+"""The migration runner (DESIGN.md §4 "Migrations"): numbered SQL files, applied once each
+as qlsched_owner, checksummed (SHA-256), refused when an applied file was edited or is
+missing, and safe to run twice or concurrently.
+
+Edited and missing files are simulated on a copy of the schema directory that
+``qlsched.postgres.migrate.schema_dir`` is patched to return; the shipped files are never
+touched. Concurrency is made deterministic by holding the runner's own advisory lock while
+two runners start, waiting until both queue behind it, then letting them go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+import qlsched.postgres.migrate as migrate_module
+from qlsched.postgres.migrate import MigrateReport, MigrationError, load_migrations, migrate
+from qlsched.postgres.queries import query
+from tests.integration.schema_support import (
+    MIGRATION,
+    acl_snapshot,
+    clean_env,
+    empty_database,
+    fetchval,
+    ledger,
+    readiness,
+)
+from tests.support.pg import PgCluster, TestDatabase, sql_run
+
+pytestmark = pytest.mark.integration
+
+PROBE_MIGRATION = "0002_probe.sql"
+PROBE_SQL = "CREATE TABLE qlsched.migration_probe (i integer);\n"
+
+
+@pytest.fixture
+def schema_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the shipped schema directory that the runner reads instead."""
+    copy = tmp_path / "postgres"
+    source = migrate_module.schema_dir()
+    copy.mkdir()
+    for entry in source.iterdir():
+        if entry.name.endswith(".sql"):
+            (copy / entry.name).write_bytes(entry.read_bytes())
+
+    def patched() -> Traversable:
+        return copy
+
+    monkeypatch.setattr(migrate_module, "schema_dir", patched)
+    return copy
+
+
+def run_migrate(dsn: str) -> MigrateReport:
+    return sql_run(dsn, migrate)
+
+
+def test_migrate_twice_is_a_no_op(pg_cluster: PgCluster) -> None:
+    """Rule: the first run applies every migration; the second applies nothing and leaves
+    the ledger (applied_at included), every grant and readiness exactly as they were."""
+    with empty_database(pg_cluster) as name:
+        su = pg_cluster.dsn(name)
+        first = run_migrate(su)
+        assert first.applied == [MIGRATION]
+        assert first.already == []
+        recorded, grants = ledger(su), acl_snapshot(su)
+
+        second = run_migrate(su)
+        assert second.applied == []
+        assert second.already == [MIGRATION]
+        assert ledger(su) == recorded
+        assert acl_snapshot(su) == grants
+        assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
+
+
+def test_the_ledger_records_each_file_with_its_sha256(pg_db: TestDatabase) -> None:
+    """Rule: the ledger holds one row per migration file: its version, its file name and
+    the SHA-256 of its exact bytes as shipped."""
+    files = load_migrations()
+    shipped = migrate_module.schema_dir().joinpath(MIGRATION).read_bytes()
+    assert [(v, n, c) for v, n, c, _ in ledger(pg_db.superuser_dsn)] == [
+        (m.version, m.name, m.checksum) for m in files
+    ]
+    assert files[0].checksum == hashlib.sha256(shipped).hexdigest()
+
+
+def _advisory_locks(cluster: PgCluster, database: str, *, granted: bool) -> int:
+    """Advisory locks in ``database``: held (granted) or waited for."""
+    return int(
+        fetchval(
+            cluster.dsn("postgres"),
+            "SELECT count(*) FROM pg_catalog.pg_locks AS l"
+            " JOIN pg_catalog.pg_database AS d ON d.oid = l.database"
+            " WHERE l.locktype = 'advisory' AND l.granted = $2 AND d.datname = $1",
+            database,
+            granted,
+        )
+    )
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.02)
+
+
+@contextmanager
+def lock_held(cluster: PgCluster, database: str) -> Iterator[None]:
+    """Hold the migration runners' advisory lock on ``database`` for the block."""
+    release = threading.Event()
+
+    async def hold(conn: asyncpg.Connection[Any]) -> None:
+        await conn.execute(query("migrate_lock"))
+        try:
+            while not release.is_set():
+                await conn.execute("SELECT pg_catalog.pg_sleep(0.02)")
+        finally:
+            await conn.execute(query("migrate_unlock"))
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holder = pool.submit(sql_run, cluster.dsn(database), hold)
+        try:
+            _wait_for(
+                lambda: holder.done() or _advisory_locks(cluster, database, granted=True) > 0,
+                "the lock holder",
+            )
+            yield
+        finally:
+            release.set()
+            holder.result(timeout=30)
+
+
+def test_concurrent_runners_queue_on_the_lock_and_apply_each_migration_once(
+    pg_cluster: PgCluster,
+) -> None:
+    """Rule: two runners started together on a fresh database both succeed: they queue on
+    the migration advisory lock (seen in pg_locks), one applies, the other then finds
+    everything applied; the ledger has each migration exactly once."""
+    with empty_database(pg_cluster) as name, ThreadPoolExecutor(max_workers=2) as pool:
+        su = pg_cluster.dsn(name)
+        with lock_held(pg_cluster, name):
+            runners = [pool.submit(run_migrate, su) for _ in range(2)]
+            _wait_for(
+                lambda: (
+                    any(r.done() for r in runners)
+                    or _advisory_locks(pg_cluster, name, granted=False) == 2
+                ),
+                "both runners queued on the lock",
+            )
+            assert not any(r.done() for r in runners), "a runner did not wait for the lock"
+        reports = [r.result(timeout=60) for r in runners]
+        assert sorted(r.applied for r in reports) == [[], [MIGRATION]]
+        assert [(v, n) for v, n, _, _ in ledger(su)] == [(1, MIGRATION)]
+        assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
+
+
+def test_concurrent_migrate_commands_both_succeed(pg_cluster: PgCluster) -> None:
+    """Rule: the same holds for two `qlsched migrate` processes: both exit 0, one reports
+    the migration applied, the other already applied, and the ledger has it once."""
+    with empty_database(pg_cluster) as name:
+        su = pg_cluster.dsn(name)
+        cmd = [sys.executable, "-m", "qlsched", "migrate", "--dsn", su]
+        with lock_held(pg_cluster, name):
+            procs = [
+                subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()
+                )
+                for _ in range(2)
+            ]
+            try:
+                _wait_for(
+                    lambda: (
+                        any(p.poll() is not None for p in procs)
+                        or _advisory_locks(pg_cluster, name, granted=False) == 2
+                    ),
+                    "both commands queued on the lock",
+                )
+                waited = all(p.poll() is None for p in procs)
+            except BaseException:
+                for p in procs:
+                    p.kill()
+                raise
+        outputs = [p.communicate(timeout=60) for p in procs]
+        assert waited, "a command did not wait for the lock"
+        assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
+        assert sorted(out for out, _ in outputs) == [
+            f"migration {MIGRATION}: already applied\n",
+            f"migration {MIGRATION}: applied\n",
+        ]
+        assert [(v, n) for v, n, _, _ in ledger(su)] == [(1, MIGRATION)]
+
+
+def test_a_pending_migration_is_applied_once_as_the_owner(
+    pg_db: TestDatabase, schema_copy: Path
+) -> None:
+    """Rule: a new numbered file is applied on the next run, as qlsched_owner (which owns
+    what it creates), and recorded with its SHA-256; the run after that applies nothing."""
+    (schema_copy / PROBE_MIGRATION).write_text(PROBE_SQL)
+    su = pg_db.superuser_dsn
+    report = run_migrate(su)
+    assert report.applied == [PROBE_MIGRATION]
+    assert report.already == [MIGRATION]
+    assert (
+        fetchval(
+            su,
+            "SELECT pg_catalog.pg_get_userbyid(relowner)::text FROM pg_catalog.pg_class"
+            " WHERE oid = 'qlsched.migration_probe'::regclass",
+        )
+        == "qlsched_owner"
+    )
+    assert [(v, n, c) for v, n, c, _ in ledger(su)][-1] == (
+        2,
+        PROBE_MIGRATION,
+        hashlib.sha256(PROBE_SQL.encode()).hexdigest(),
+    )
+    assert run_migrate(su).applied == []
+
+
+def test_an_edited_migration_is_refused_naming_the_file(
+    pg_db: TestDatabase, schema_copy: Path
+) -> None:
+    """Rule: a migration file whose bytes differ from what was applied stops the runner
+    before it applies anything, and the error names the file; readiness says the same."""
+    with (schema_copy / MIGRATION).open("a") as f:
+        f.write("-- an innocent-looking comment is still an edit\n")
+    (schema_copy / PROBE_MIGRATION).write_text(PROBE_SQL)
+    su = pg_db.superuser_dsn
+    before = ledger(su)
+    with pytest.raises(MigrationError) as refused:
+        run_migrate(su)
+    assert str(refused.value) == f"migration {MIGRATION} was edited after it was applied (checksum)"
+    assert ledger(su) == before
+    assert fetchval(su, "SELECT to_regclass('qlsched.migration_probe')") is None
+    report = readiness(pg_db.runtime_dsn)
+    assert f"migration {MIGRATION} was edited after it was applied (checksum)" in report.findings
+
+
+def test_a_missing_migration_file_is_refused_naming_it(
+    pg_db: TestDatabase, schema_copy: Path
+) -> None:
+    """Rule: an applied migration whose file is gone from the installation stops the runner
+    (nothing pending is applied), naming the file."""
+    (schema_copy / MIGRATION).unlink()
+    (schema_copy / PROBE_MIGRATION).write_text(PROBE_SQL)
+    su = pg_db.superuser_dsn
+    before = ledger(su)
+    with pytest.raises(MigrationError) as refused:
+        run_migrate(su)
+    assert str(refused.value) == (
+        f"applied migration {MIGRATION} is missing from this installation"
+    )
+    assert ledger(su) == before
+    assert fetchval(su, "SELECT to_regclass('qlsched.migration_probe')") is None
+
+
+def test_two_files_with_one_version_are_refused(schema_copy: Path) -> None:
+    """Rule: migration versions are unique; two files numbered alike are refused outright."""
+    shutil.copy(schema_copy / MIGRATION, schema_copy / "0001_duplicate.sql")
+    with pytest.raises(MigrationError, match="two migration files share a version number"):
+        load_migrations()
+
+
+def test_a_non_superuser_cannot_bootstrap(pg_cluster: PgCluster) -> None:
+    """Rule: without a superuser the runner will not bootstrap; on an empty database it
+    stops with a message that says to run init-db, and creates nothing."""
+    with empty_database(pg_cluster) as name:
+        with pytest.raises(MigrationError, match="not bootstrapped: run `qlsched init-db`"):
+            run_migrate(pg_cluster.dsn(name, "qlsched_admin"))
+        assert fetchval(pg_cluster.dsn(name), "SELECT to_regnamespace('qlsched')") is None
+
+
+def test_a_server_older_than_15_is_refused(
+    pg_cluster: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule: PostgreSQL 15 or newer. No older server can be had here, so the server's
+    version is faked in-process (``server_facts`` patched to report 14.11); the runner
+    refuses before touching the database."""
+    real = migrate_module.server_facts
+
+    async def fake_facts(conn: Any) -> tuple[int, bool, str]:
+        _, superuser, database = await real(conn)
+        return 140011, superuser, database
+
+    monkeypatch.setattr(migrate_module, "server_facts", fake_facts)
+    with empty_database(pg_cluster) as name:
+        with pytest.raises(MigrationError, match=r"^PostgreSQL 14 is too old: qlsched needs 15"):
+            run_migrate(pg_cluster.dsn(name))
+        assert fetchval(pg_cluster.dsn(name), "SELECT to_regnamespace('qlsched')") is None

@@ -1,0 +1,355 @@
+"""Schema readiness (DESIGN.md §4): ready on a freshly migrated database, and fail closed,
+naming the cause in one line, on every way the database can differ from what the code
+expects: an extra or missing grant, an edited or missing migration, a missing capability,
+a widened role, a runtime timeout missing or not below the lease, PUBLIC CONNECT.
+
+Readiness runs as the runtime role, as the composition root runs it. Breakage is done as the
+superuser. Grants live in the test's own database and go with it; role attributes,
+memberships and role-wide settings are cluster-wide, so those tests restore them in a
+``finally`` (``role_changed``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qlsched.postgres.migrate import migrate
+from tests.integration.schema_support import (
+    MIGRATION,
+    execute,
+    fetchval,
+    readiness,
+    role_changed,
+    run_cli,
+)
+from tests.support.pg import TestDatabase, sql_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("role", ["qlsched_runtime", "qlsched_observer", None])
+def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> None:
+    """Rule: a database made by init-db/migrate is ready, with no finding, for each role
+    that checks it (runtime at start, observer for status, the superuser for `check`)."""
+    dsn = pg_db.dsn(role) if role else pg_db.superuser_dsn
+    report = readiness(dsn)
+    assert report.findings == []
+    assert report.ready
+    assert report.applied == [MIGRATION]
+    assert report.server_version >= 150000
+
+
+@pytest.mark.parametrize(
+    ("breakage", "finding"),
+    [
+        pytest.param(
+            "GRANT DELETE ON qlsched.runs TO qlsched_runtime",
+            "extra grant: DELETE on table runs to qlsched_runtime",
+            id="extra-grant",
+        ),
+        pytest.param(
+            "GRANT SELECT ON qlsched.runs TO PUBLIC",
+            "extra grant: SELECT on table runs to PUBLIC",
+            id="grant-to-public",
+        ),
+        pytest.param(
+            "GRANT UPDATE (active) ON qlsched.trigger_schedules TO qlsched_runtime",
+            "extra grant: UPDATE on column trigger_schedules(active) to qlsched_runtime",
+            id="extra-column-grant",
+        ),
+        pytest.param(
+            "GRANT CREATE ON SCHEMA qlsched TO qlsched_runtime",
+            "extra grant: CREATE on schema qlsched to qlsched_runtime",
+            id="extra-schema-grant",
+        ),
+        pytest.param(
+            "REVOKE SELECT ON qlsched.triggers FROM qlsched_runtime",
+            "missing grant: SELECT on table triggers to qlsched_runtime",
+            id="missing-grant",
+        ),
+        pytest.param(
+            "REVOKE UPDATE (claim_token) ON qlsched.trigger_schedules FROM qlsched_runtime",
+            "missing grant: UPDATE on column trigger_schedules(claim_token) to qlsched_runtime",
+            id="missing-column-grant",
+        ),
+        pytest.param(
+            "UPDATE qlsched.schema_migrations SET checksum = repeat('0', 64)",
+            f"migration {MIGRATION} was edited after it was applied (checksum)",
+            id="edited-migration",
+        ),
+        pytest.param(
+            "DELETE FROM qlsched.schema_migrations",
+            f"migration {MIGRATION} is not applied",
+            id="missing-migration-row",
+        ),
+        pytest.param(
+            "INSERT INTO qlsched.schema_migrations (version, name, checksum)"
+            " VALUES (9999, '9999_from_the_future.sql', repeat('0', 64))",
+            "applied migration 9999_from_the_future.sql is missing from this installation",
+            id="unknown-migration-row",
+        ),
+        pytest.param(
+            "DELETE FROM qlsched.capability",
+            "capability qlsched.cluster_scheduler is missing",
+            id="missing-capability",
+        ),
+        pytest.param(
+            "UPDATE qlsched.capability SET version = 0",
+            "capability qlsched.cluster_scheduler is version 0, need 1",
+            id="old-capability",
+        ),
+        pytest.param(
+            "ALTER TABLE qlsched.capability OWNER TO qlsched_admin",
+            [
+                "capability is owned by qlsched_admin, not qlsched_owner",
+                "capability_pkey is owned by qlsched_admin, not qlsched_owner",
+            ],
+            id="table-owner",
+        ),
+        pytest.param(
+            "ALTER DEFAULT PRIVILEGES FOR ROLE qlsched_owner GRANT EXECUTE ON FUNCTIONS TO PUBLIC",
+            "default privileges do not revoke EXECUTE on functions from PUBLIC",
+            id="default-privileges",
+        ),
+        pytest.param(
+            "SET ROLE qlsched_owner; CREATE FUNCTION qlsched.probe() RETURNS int"
+            " LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'; RESET ROLE",
+            "SECURITY DEFINER function qlsched.probe() has no pinned search_path",
+            id="unpinned-security-definer",
+        ),
+    ],
+)
+def test_readiness_fails_closed_naming_the_cause(
+    pg_db: TestDatabase, breakage: str, finding: str | list[str]
+) -> None:
+    """Rule: each departure from the migrated schema, its grants (exactly, in both
+    directions), its ledger and capability, its ownership and its function hardening makes
+    readiness not ready, with exactly one finding that names it."""
+    assert readiness(pg_db.runtime_dsn).ready
+    execute(pg_db.superuser_dsn, breakage)
+    report = readiness(pg_db.runtime_dsn)
+    assert not report.ready
+    assert sorted(report.findings) == ([finding] if isinstance(finding, str) else finding)
+
+
+@pytest.mark.parametrize(
+    ("grant", "finding"),
+    [
+        pytest.param("CONNECT ON DATABASE {db} TO PUBLIC", "CONNECT on database {db} to PUBLIC"),
+        pytest.param(
+            "TEMPORARY ON DATABASE {db} TO PUBLIC", "TEMPORARY on database {db} to PUBLIC"
+        ),
+        pytest.param(
+            "CONNECT ON DATABASE {db} TO qlsched_worker_ingress",
+            "CONNECT on database {db} to qlsched_worker_ingress",
+        ),
+        pytest.param(
+            "CREATE ON DATABASE {db} TO qlsched_runtime",
+            "CREATE on database {db} to qlsched_runtime",
+        ),
+    ],
+)
+def test_database_level_grants_are_exact(pg_db: TestDatabase, grant: str, finding: str) -> None:
+    """Rule: PUBLIC holds nothing on the database (REVOKE ALL ... FROM PUBLIC) and CONNECT
+    goes only to admin, runtime and observer; any other database grant is an extra grant."""
+    execute(pg_db.superuser_dsn, "GRANT " + grant.format(db=f'"{pg_db.name}"'))
+    assert readiness(pg_db.runtime_dsn).findings == [
+        "extra grant: " + finding.format(db=pg_db.name)
+    ]
+
+
+def test_a_missing_connect_grant_is_named(pg_db: TestDatabase) -> None:
+    """Rule: CONNECT for each LOGIN role that needs it is part of the exact grant set."""
+    execute(pg_db.superuser_dsn, f'REVOKE CONNECT ON DATABASE "{pg_db.name}" FROM qlsched_observer')
+    assert readiness(pg_db.runtime_dsn).findings == [
+        f"missing grant: CONNECT on database {pg_db.name} to qlsched_observer"
+    ]
+
+
+def test_every_finding_is_collected(pg_db: TestDatabase) -> None:
+    """Rule: readiness never stops at the first finding; the operator sees them all."""
+    execute(
+        pg_db.superuser_dsn,
+        "GRANT DELETE ON qlsched.runs TO qlsched_runtime",
+        "REVOKE SELECT ON qlsched.triggers FROM qlsched_runtime",
+        "DELETE FROM qlsched.capability",
+    )
+    assert sorted(readiness(pg_db.runtime_dsn).findings) == [
+        "capability qlsched.cluster_scheduler is missing",
+        "extra grant: DELETE on table runs to qlsched_runtime",
+        "missing grant: SELECT on table triggers to qlsched_runtime",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster-wide role changes (restored in finally: every database of the session shares them)
+
+
+def test_a_role_with_createdb_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: no qlsched role may have CREATEDB (nor SUPERUSER, CREATEROLE, REPLICATION,
+    BYPASSRLS); readiness names the role and the attribute."""
+    with role_changed(
+        pg_db.superuser_dsn,
+        "ALTER ROLE qlsched_runtime CREATEDB",
+        "ALTER ROLE qlsched_runtime NOCREATEDB",
+    ):
+        assert readiness(pg_db.runtime_dsn).findings == ["role qlsched_runtime has CREATEDB"]
+    assert readiness(pg_db.runtime_dsn).ready
+
+
+def test_membership_in_a_pg_role_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: no qlsched role is a member of a pg_* role: pg_read_all_data would hand the
+    observer every table of every schema, around the grants readiness compares."""
+    with role_changed(
+        pg_db.superuser_dsn,
+        "GRANT pg_read_all_data TO qlsched_observer",
+        "REVOKE pg_read_all_data FROM qlsched_observer",
+    ):
+        assert readiness(pg_db.runtime_dsn).findings == [
+            "role qlsched_observer is a member of pg_read_all_data"
+        ]
+    assert readiness(pg_db.runtime_dsn).ready
+
+
+def _runtime_role_setting(dsn: str, name: str) -> str | None:
+    """The runtime role's role-wide (all databases) value of setting ``name``."""
+    value = fetchval(
+        dsn,
+        "SELECT split_part(c, '=', 2) FROM pg_catalog.pg_db_role_setting AS s,"
+        " unnest(s.setconfig) AS c"
+        " WHERE s.setrole = 'qlsched_runtime'::regrole AND s.setdatabase = 0"
+        " AND split_part(c, '=', 1) = $1",
+        name,
+    )
+    return None if value is None else str(value)
+
+
+def test_a_removed_runtime_timeout_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: the runtime role must have idle_in_transaction_session_timeout set (a stalled
+    admit cannot hold a schedule row past its lease); without it readiness says so."""
+    su = pg_db.superuser_dsn
+    before = _runtime_role_setting(su, "idle_in_transaction_session_timeout")
+    assert before is not None
+    with role_changed(
+        su,
+        "ALTER ROLE qlsched_runtime RESET idle_in_transaction_session_timeout",
+        f"ALTER ROLE qlsched_runtime SET idle_in_transaction_session_timeout = '{before}'",
+    ):
+        assert readiness(pg_db.runtime_dsn).findings == [
+            "qlsched_runtime has no idle_in_transaction_session_timeout set"
+        ]
+    assert _runtime_role_setting(su, "idle_in_transaction_session_timeout") == before
+    assert readiness(pg_db.runtime_dsn).ready
+
+
+def test_timeouts_at_or_above_the_lease_are_refused(pg_db: TestDatabase) -> None:
+    """Rule: each runtime timeout must be strictly below lease_ms: with a 5 s lease the
+    default 5 s idle and statement timeouts are refused, the 2 s lock timeout is not."""
+    assert readiness(pg_db.runtime_dsn, lease_ms=5_001).ready
+    report = readiness(pg_db.runtime_dsn, lease_ms=5_000)
+    assert not report.ready
+    assert report.findings == [
+        "qlsched_runtime idle_in_transaction_session_timeout=5000ms is not below the lease"
+        " (5000 ms)",
+        "qlsched_runtime statement_timeout=5000ms is not below the lease (5000 ms)",
+    ]
+
+
+def test_a_per_database_timeout_at_the_lease_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: a per-database setting for the runtime role overrides its role-wide one (the
+    server applies it last), so readiness must judge the per-database value: 30 s in this
+    database is not below a 30 s lease. This holds also after a later migrate rewrote the
+    role-wide setting (which must not hide the override)."""
+    execute(
+        pg_db.superuser_dsn,
+        f'ALTER ROLE qlsched_runtime IN DATABASE "{pg_db.name}"'
+        " SET idle_in_transaction_session_timeout = '30s'",
+    )
+    try:
+        assert fetchval(pg_db.runtime_dsn, "SHOW idle_in_transaction_session_timeout") == "30s"
+        expected = [
+            "qlsched_runtime idle_in_transaction_session_timeout=30s is not below the lease"
+            " (30000 ms)"
+        ]
+        assert readiness(pg_db.runtime_dsn).findings == expected
+        # An operator re-runs migrate: the bootstrap re-asserts the role-wide 5 s.
+        sql_run(pg_db.superuser_dsn, migrate)
+        assert fetchval(pg_db.runtime_dsn, "SHOW idle_in_transaction_session_timeout") == "30s"
+        assert readiness(pg_db.runtime_dsn).findings == expected
+    finally:
+        execute(
+            pg_db.superuser_dsn,
+            f'ALTER ROLE qlsched_runtime IN DATABASE "{pg_db.name}"'
+            " RESET idle_in_transaction_session_timeout",
+        )
+
+
+def test_a_disabled_runtime_timeout_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: a timeout of 0 disables it; readiness refuses a non-positive duration."""
+    execute(
+        pg_db.superuser_dsn,
+        f'ALTER ROLE qlsched_runtime IN DATABASE "{pg_db.name}" SET lock_timeout = 0',
+    )
+    assert readiness(pg_db.runtime_dsn).findings == [
+        "qlsched_runtime lock_timeout=0 is not a positive duration"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# `qlsched check`, as an operator runs it
+
+
+def _break_two_ways(db: TestDatabase) -> list[str]:
+    execute(
+        db.superuser_dsn,
+        "GRANT DELETE ON qlsched.runs TO qlsched_runtime",
+        "DELETE FROM qlsched.capability",
+    )
+    findings = readiness(db.runtime_dsn).findings
+    assert sorted(findings) == [
+        "capability qlsched.cluster_scheduler is missing",
+        "extra grant: DELETE on table runs to qlsched_runtime",
+    ]
+    return findings
+
+
+def test_check_cli_reports_ready(pg_db: TestDatabase) -> None:
+    """Rule: `qlsched check` exits 0 and prints one "ready" line on a ready database."""
+    result = run_cli(["check", "--dsn", pg_db.runtime_dsn])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    version = fetchval(pg_db.runtime_dsn, "SELECT current_setting('server_version_num')::int")
+    assert result.stdout == (
+        f"ready: PostgreSQL {version // 10000}, 1 migration(s) applied, grants exact\n"
+    )
+
+
+def test_check_cli_prints_one_line_per_finding_and_exits_1(pg_db: TestDatabase) -> None:
+    """Rule: when not ready, `qlsched check` exits 1 and prints exactly one
+    "not ready: FINDING" line per finding, no "ready" line, no traceback."""
+    findings = _break_two_ways(pg_db)
+    result = run_cli(["check", "--dsn", pg_db.runtime_dsn])
+    assert result.returncode == 1
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [f"not ready: {f}" for f in findings]
+
+
+def test_check_cli_json(pg_db: TestDatabase) -> None:
+    """Rule: `qlsched check --json` prints one JSON object (ready, findings, server
+    version, applied migrations), with exit 0 when ready and 1 when not."""
+    good = run_cli(["check", "--json", "--dsn", pg_db.runtime_dsn])
+    assert good.returncode == 0, good.stderr
+    doc = json.loads(good.stdout)
+    assert doc["ready"] is True
+    assert doc["findings"] == []
+    assert doc["applied"] == [MIGRATION]
+    assert doc["server_version"] >= 150000
+
+    findings = _break_two_ways(pg_db)
+    bad = run_cli(["check", "--json", "--dsn", pg_db.runtime_dsn])
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["ready"] is False
+    assert doc["findings"] == findings
