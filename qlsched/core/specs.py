@@ -20,6 +20,10 @@ ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 COMMAND_MAX_BYTES = 1_000_000
 EXECUTOR = "remote_worker"
+TRIGGER_ID_SCOPE = (
+    "already a trigger of project {project}; trigger ids are unique across projects, because"
+    " the idempotency key (ql3:cron:v1:<triggerId>:...) names the trigger, not its project"
+)
 
 
 class SpecError(ValueError):
@@ -57,16 +61,32 @@ class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _PATH = re.compile(r"^\$\.(projects|tasks|triggers)\[(\d+)\](?:\.(\w+))?")
 
 
+def quoted(text: str) -> str:
+    """``text`` in double quotes with every unprintable character escaped, so an id from a
+    hostile file cannot write control sequences or fake lines into a terminal or log."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
 def _entry_label(data: Any, section: str, index: int) -> str:
     try:
         entry_id = data[section][index]["id"]
     except (KeyError, IndexError, TypeError):
         return f"{section}[{index}]"
-    return (
-        f'{section}[{index}] (id "{entry_id}")'
-        if isinstance(entry_id, str)
-        else (f"{section}[{index}]")
-    )
+    if not isinstance(entry_id, str):
+        return f"{section}[{index}]"
+    return f"{section}[{index}] (id {quoted(entry_id)})"
 
 
 def decode_publish_file(raw: bytes) -> PublishFile:
@@ -114,6 +134,7 @@ def validate_publish_file(spec: PublishFile) -> None:
             raise SpecError(f"{label}: command: longer than {COMMAND_MAX_BYTES} bytes")
         tasks.add((t.project, t.id))
     triggers: set[tuple[str, str]] = set()
+    trigger_projects: dict[str, str] = {}
     for i, tr in enumerate(spec.triggers):
         label = f'triggers[{i}] (id "{tr.id}")'
         if tr.project not in projects:
@@ -122,12 +143,17 @@ def validate_publish_file(spec: PublishFile) -> None:
             raise SpecError(f'{label}: task: "{tr.task}" is not a task of {tr.project}')
         if (tr.project, tr.id) in triggers:
             raise SpecError(f"{label}: id: duplicate trigger in project {tr.project}")
+        other = trigger_projects.setdefault(tr.id, tr.project)
+        if other != tr.project:
+            raise SpecError(f"{label}: id: {TRIGGER_ID_SCOPE.format(project=other)}")
         triggers.add((tr.project, tr.id))
         try:
             parse_cron(tr.cron, tr.timezone)
         except CronError as exc:
-            field = "timezone" if "zone" in str(exc).lower() else "cron"
-            raise SpecError(f"{label}: {field}: {exc}") from None
+            message = str(exc)
+            if message.startswith("timezone: "):
+                raise SpecError(f"{label}: {message}") from None
+            raise SpecError(f"{label}: cron: {message}") from None
 
 
 def _canonical(obj: dict[str, Any]) -> bytes:

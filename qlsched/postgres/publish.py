@@ -16,7 +16,9 @@ from typing import Literal
 import msgspec
 
 from qlsched.core.specs import (
+    TRIGGER_ID_SCOPE,
     PublishFile,
+    SpecError,
     TaskEntry,
     TriggerEntry,
     execution_payload,
@@ -100,6 +102,13 @@ async def _publish_trigger(
     )
     active = project_active and trigger.enabled
     if row is None:
+        other = await conn.fetchval(query("trigger_project"), trigger.id, trigger.project)
+        if other is not None:
+            raise SpecError(
+                f"trigger {trigger.project}/{trigger.id}: id: "
+                + TRIGGER_ID_SCOPE.format(project=other)
+                + " (published before); nothing was published"
+            )
         await conn.execute(query("trigger_insert"), *args)
         await conn.execute(query("schedule_insert"), trigger.project, trigger.id, 1, active, now)
         return "added"

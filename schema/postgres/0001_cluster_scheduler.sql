@@ -57,6 +57,10 @@ CREATE TABLE qlsched.triggers (
     created_at_ms         bigint NOT NULL,
     updated_at_ms         bigint NOT NULL,
     PRIMARY KEY (project_id, trigger_id),
+    -- The idempotency key (ql3:cron:v1:<triggerId>:<revision>:<scheduledFor>) names the
+    -- trigger, not its project: a trigger id is unique across projects, or two projects'
+    -- occurrences would collide on runs_idempotency_key_key and one would be lost.
+    CONSTRAINT triggers_trigger_id_key UNIQUE (trigger_id),
     FOREIGN KEY (project_id, task_id) REFERENCES qlsched.tasks (project_id, task_id)
 );
 

@@ -59,7 +59,7 @@ async def test_claim_order_merges_fresh_and_expired_rows(env: Env) -> None:
         PublishFile(
             projects=[ProjectEntry(id="p"), ProjectEntry(id="q")],
             tasks=[TaskEntry(project=x, id="task", command="true") for x in ("p", "q")],
-            triggers=[trigger("p", t) for t in "abcde"] + [trigger("q", "a"), trigger("q", "new")],
+            triggers=[trigger("p", t) for t in "abcde"] + [trigger("q", "aa"), trigger("q", "new")],
         )
     )
     now = await env.now_ms()
@@ -70,7 +70,7 @@ async def test_claim_order_merges_fresh_and_expired_rows(env: Env) -> None:
         ("p", "c", old),
         ("p", "d", mid),
         ("p", "e", now + 10 * MINUTE_MS),  # not due
-        ("q", "a", mid),
+        ("q", "aa", mid),
     ]:
         await env.set_cursor(project, trigger_id, cursor)
     # A replica that later died claimed the first three; two of its leases are over, q/new
@@ -84,7 +84,7 @@ async def test_claim_order_merges_fresh_and_expired_rows(env: Env) -> None:
     rest = await env.store.claim("r2", 10, LEASE_MS)
 
     assert keys(first) == [("p", "c"), ("p", "b"), ("p", "d")]
-    assert keys(rest) == [("q", "a"), ("p", "a")]
+    assert keys(rest) == [("q", "aa"), ("p", "a")]
     assert first[1].fence.version == dead[2].fence.version + 1
 
 

@@ -346,11 +346,6 @@ async def test_valid_but_odd_ids_are_stored_verbatim_end_to_end(env: Env) -> Non
         assert r["idempotency_key"].split(":")[3] == r["trigger_id"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: qlsched/core/specs.py _entry_label echoes the hostile id raw into"
-    " the SpecError (NUL, ESC, newline reach the terminal)",
-)
 @pytest.mark.parametrize("hostile", ["p\x00q", "p\x1b[2Jq", "p\nq"], ids=repr)
 def test_rejection_message_has_no_control_characters(hostile: str) -> None:
     """A rejected id is named in the error without raw control characters, so a hostile file
@@ -359,6 +354,51 @@ def test_rejection_message_has_no_control_characters(hostile: str) -> None:
         decode_publish_file(toml_file(project=hostile))
 
     assert all(ch.isprintable() for ch in str(caught.value)), repr(str(caught.value))
+    assert str(caught.value).startswith("projects[0] (id "), str(caught.value)
+
+
+def shared_trigger_id(projects: tuple[str, ...]) -> PublishFile:
+    """One task per project and, in each, a trigger with the same id ``nightly``."""
+    return PublishFile(
+        projects=[ProjectEntry(id=p) for p in projects],
+        tasks=[TaskEntry(project=p, id="job", command=f"echo {p}") for p in projects],
+        triggers=[trigger(p, "nightly", task="job") for p in projects],
+    )
+
+
+def test_a_trigger_id_in_two_projects_of_one_file_is_rejected() -> None:
+    """The idempotency key names the trigger and not its project, so two projects sharing a
+    trigger id would collide on ``runs.idempotency_key`` and one occurrence would be lost:
+    the file is rejected, naming the second entry and the first project."""
+    raw = "".join(
+        f'[[projects]]\nid = "{p}"\n[[tasks]]\nproject = "{p}"\nid = "job"\ncommand = "true"\n'
+        f'[[triggers]]\nproject = "{p}"\nid = "nightly"\ntask = "job"\ncron = "0 3 * * *"\n'
+        for p in ("a", "b")
+    )
+    with pytest.raises(SpecError) as caught:
+        decode_publish_file(raw.encode())
+
+    message = str(caught.value)
+    assert message.startswith('triggers[1] (id "nightly"): id: already a trigger of project a')
+    assert "unique across projects" in message
+
+
+async def test_a_trigger_id_taken_by_another_project_publishes_nothing(env: Env) -> None:
+    """A file whose trigger id is already a trigger of another project (published earlier)
+    is refused with a SpecError naming both, and nothing of it is written; the database's
+    UNIQUE (trigger_id) is the last guard behind that check."""
+    await env.publish(shared_trigger_id(("a",)))
+    before = await snapshot(env)
+
+    with pytest.raises(SpecError, match=r"trigger b/nightly: id: already a trigger of project a"):
+        await env.publish(shared_trigger_id(("b",)))
+
+    assert await snapshot(env) == before
+    unique = await env.su(
+        "SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint"
+        " WHERE conname = 'triggers_trigger_id_key'"
+    )
+    assert [r["def"] for r in unique] == ["UNIQUE (trigger_id)"]
 
 
 HOSTILE_COMMANDS = {
@@ -387,7 +427,8 @@ async def test_hostile_commands_are_stored_verbatim_and_never_run(env: Env, tmp_
     }
     assert len(commands["max_bytes"].encode()) == COMMAND_MAX_BYTES
     for name, command in commands.items():
-        spec = decode_publish_file(toml_file(project=name.replace("_", "-"), command=command))
+        project = name.replace("_", "-")
+        spec = decode_publish_file(toml_file(project=project, trig=project, command=command))
         await env.publish(spec)
 
     rows = await env.su(

@@ -57,6 +57,11 @@ SELECT k.revision, k.content_digest, e.execution_revision_id
 SELECT revision, content_digest FROM qlsched.triggers
  WHERE project_id = $1 AND trigger_id = $2 FOR UPDATE;
 
+-- name: trigger_project
+-- The project that already has this trigger id, if another does (ids are unique across
+-- projects: the idempotency key names the trigger, not its project).
+SELECT project_id FROM qlsched.triggers WHERE trigger_id = $1 AND project_id <> $2;
+
 -- name: trigger_insert
 -- $1 project, $2 trigger, $3 enabled, $4 cron, $5 timezone, $6 misfire policy,
 -- $7 grace ms, $8 task, $9 task revision, $10 execution revision, $11 digest, $12 now ms.
