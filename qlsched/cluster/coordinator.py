@@ -64,8 +64,12 @@ from qlsched.core.outcomes import (
 from qlsched.core.store import ScheduleStore
 
 SPEC_CACHE_SIZE: Final = 4096
-"""Parsed trigger specs kept (least recently used out): one per (project, trigger, revision,
-digest), so a re-published revision is parsed once and the old entry ages out."""
+"""Parsed trigger specs kept (least recently used out), keyed by what a spec is built from
+(cron, zone, misfire policy, grace): triggers that share an expression share one parse, a
+re-published revision with new content is parsed once, and the old entry ages out. Keyed per
+trigger revision instead, a 10,000-trigger burst spent 58 % of the replicas' CPU parsing the
+same expression again for every trigger (``qlsched bench``), and past this many triggers
+every claim re-parsed."""
 
 _POLICIES: Final[dict[str, MisfirePolicy]] = {"skip": "skip", "fire_once": "fire_once"}
 
@@ -171,7 +175,8 @@ class _InvalidSpec(msgspec.Struct, frozen=True):
     exception: str | None
 
 
-_SpecKey = tuple[str, str, int, str]
+_SpecKey = tuple[str, str, str, int]
+"""(cron, timezone, misfire policy, misfire grace ms): everything ``_build_spec`` reads."""
 
 
 def _build_spec(claim: Claim) -> TriggerSpec | _InvalidSpec:
@@ -338,7 +343,7 @@ class Coordinator:
             self._count(outcome, tally)
 
     def _spec(self, claim: Claim) -> TriggerSpec | _InvalidSpec:
-        key = (claim.project_id, claim.trigger_id, claim.trigger_revision, claim.trigger_digest)
+        key = (claim.cron, claim.timezone, claim.misfire_policy, claim.misfire_grace_ms)
         spec = self._specs.get(key)
         if spec is not None:
             self._specs.move_to_end(key)

@@ -1,0 +1,21 @@
+"""``qlsched bench``: the project's benchmark, with the raw-SQL ceiling in the same run.
+
+It shows the speed and scale goals of DESIGN.md side by side with what the same statements
+reach without batching, on the same server in the same run:
+
+* burst drain: N occurrences due at once, R ``qlsched run`` replica processes, occurrences
+  admitted per second, duplicates and lost from the database, SSI retries per admit;
+  the same for N triggers sharing one live cron tick;
+* steady: N triggers spread over the minute, schedule lag p50/p95/p99 (database time);
+* claim latency of the claim statement at 1k, 100k and 1M schedule rows in four states,
+  with its plan; a replica's RSS at the smallest and the largest size;
+* the ceiling: pgbench running the replicas' own claim and admit statements per
+  occurrence (claim 1, admit 1), and the ratio of the drain to it.
+
+Modules: ``runner`` (the order of the phases), ``session`` (options and the shared state of
+one run), ``drain``, ``ceiling``, ``steady``, ``scale`` (one phase each), ``replicas`` (the
+``qlsched run`` processes), ``machine`` (where it ran), ``report`` (results, targets, the
+readable text). The SQL lives in ``qlsched/postgres/sql/bench.sql`` and
+``qlsched/postgres/bench_data.py``, the pgbench script in ``qlsched/postgres/pgbench/``.
+Speed goals are shown by this benchmark, never asserted by a timed test.
+"""

@@ -1,0 +1,154 @@
+"""Drain phases: N occurrences due at one instant, admitted by R replica processes.
+
+* ``burst``: N triggers ``0 0 1 1 *`` (misfire ``fire_once``, the largest grace), whose
+  cursors all move, in one statement, to the same past occurrence (this year's 1 January):
+  a backlog due at once, each trigger admitted exactly once.
+* ``same_tick``: N triggers sharing one live cron tick (``*/5 * * * * *``, every 5 s): their
+  cursors move to the next tick at least a second ahead, and the rows fall due together by
+  the database clock while the replicas poll: the top-of-the-minute case.
+
+The replicas are started (and have run a few empty rounds) before the rows move, so their
+start-up is not part of the figure. The rate is admitted occurrences over database time from
+the first to the last queue time; the phase ends when every occurrence has a Run (or after a
+timeout: the missing ones are then reported lost). Exactly once is audited by
+``verify_exactly_once`` from each trigger's first cursor.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import trio
+
+from qlsched.bench.replicas import check_alive
+from qlsched.bench.report import DrainResult, Lag, ratio
+from qlsched.bench.session import BenchSession
+from qlsched.core.cron import next_after, parse_cron
+from qlsched.postgres import bench_data
+from qlsched.postgres.bench_data import PROJECT, RowState, RunsWindow
+from qlsched.postgres.pool import Connection
+
+YEARLY = "0 0 1 1 *"
+TICK = "*/5 * * * * *"
+TICK_LEAD_MS = 1_000
+"""The shared tick is at least this far ahead when the cursors move to it."""
+LARGEST_GRACE_MS = 86_400_000
+WARM_ROUNDS = 3
+"""Cadences to let the replicas run empty rounds before the rows move."""
+POLL_S = 0.1
+"""How often the bench counts Runs: the rate is read from queue times, so polling only
+decides when the phase ends, and slower polling takes less from the measured server."""
+PROGRESS_S = 2.0
+
+
+def last_new_year_ms(now_ms: int) -> int:
+    """This year's 1 January 00:00 UTC (the last year's within the first hour of a year)."""
+    year = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC).year
+    instant = int(dt.datetime(year, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    if now_ms - instant < 3_600_000:
+        instant = int(dt.datetime(year - 1, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    return instant
+
+
+async def burst(session: BenchSession) -> DrainResult:
+    return await _drain(session, same_tick=False)
+
+
+async def same_tick(session: BenchSession) -> DrainResult:
+    return await _drain(session, same_tick=True)
+
+
+async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
+    o = session.options
+    n = o.triggers
+    label = "same tick" if same_tick else "burst"
+    cron = TICK if same_tick else YEARLY
+    misfire, grace = ("skip", 60_000) if same_tick else ("fire_once", LARGEST_GRACE_MS)
+    session.note(f"{label}: loading {n:,} triggers ({cron!r}, misfire {misfire})")
+
+    async def load(conn: Connection) -> None:
+        await bench_data.reset(conn)
+        now = await bench_data.now_ms(conn)
+        await bench_data.load_triggers(
+            conn, n, crons=[cron], misfire=misfire, grace_ms=grace, now_ms=now
+        )
+        # Not due yet: a day ahead, until the replicas run.
+        await bench_data.load_schedules(conn, n, RowState(later_ms=now + 86_400_000), now_ms=now)
+        await bench_data.vacuum(conn)
+
+    await session.call(load)
+    replicas = await session.start_replicas(o.replicas)
+    await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
+    before = await session.rollbacks()
+    now = await session.db_now_ms()
+    at = next_after(parse_cron(cron), now + TICK_LEAD_MS) if same_tick else last_new_year_ms(now)
+
+    async def move(conn: Connection) -> tuple[int, int]:
+        moved = await bench_data.set_cursors(conn, [at])
+        return moved, await bench_data.now_ms(conn)
+
+    moved, moved_at = await session.call(move)
+    due_ms = max(at, moved_at)
+    when = f"tick in {(at - moved_at) / 1000:.1f} s" if same_tick else "due since 1 January"
+    session.note(f"{label}: {moved:,} rows moved to one instant ({when}); {o.replicas} replicas")
+
+    async def count(conn: Connection) -> int:
+        return await bench_data.run_count(conn, at, at)
+
+    timeout_s = max(60.0, n / 100) + max(0, at - moved_at) / 1000
+    admitted = 0
+    next_note = trio.current_time() + PROGRESS_S
+    with trio.move_on_after(timeout_s):
+        while True:
+            admitted = await session.call(count)
+            if admitted >= n:
+                break
+            check_alive(replicas)
+            if trio.current_time() >= next_note:
+                session.note(f"{label}: {admitted:,} of {n:,} admitted")
+                next_note += PROGRESS_S
+            await trio.sleep(POLL_S)
+    if admitted < n:
+        session.note(f"{label}: timed out after {timeout_s:.0f} s with {admitted:,} of {n:,}")
+    problems = await session.stop_replicas(replicas)
+    retries, statements = await session.admit_counts(before)
+
+    async def window(conn: Connection) -> RunsWindow:
+        return await bench_data.runs_window(conn, at, at)
+
+    w = await session.call(window)
+    first = {(PROJECT, bench_data.trigger_id(i)): at for i in range(1, n + 1)}
+    duplicates, lost, malformed = await session.verify(first)
+    # verify_exactly_once checks what was decided; an occurrence still undecided when the
+    # phase ended (a timeout) has no Run either: lost, as far as this run can tell.
+    lost = max(lost, n - (w.runs - duplicates))
+    span_s = ((w.last_queued_ms or 0) - (w.first_queued_ms or 0)) / 1000
+    rate = w.runs / span_s if span_s > 0 else None
+    from_due = ((w.last_queued_ms or due_ms) - due_ms) / 1000 if w.runs else None
+    diagnostics: dict[str, int] = {}
+    for r in replicas:
+        for code, k in r.diagnostic_codes().items():
+            diagnostics[code] = diagnostics.get(code, 0) + k
+    result = DrainResult(
+        triggers=n,
+        cron=cron,
+        admitted=w.runs,
+        occurrences_per_s=None if rate is None else round(rate, 1),
+        seconds=round(span_s, 3),
+        seconds_from_due=None if from_due is None else round(from_due, 3),
+        duplicates=duplicates,
+        lost=lost,
+        malformed=malformed,
+        ssi_retries=retries,
+        admit_statements=statements,
+        ssi_retry_ratio=ratio(retries, statements),
+        lag_ms=Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms) if same_tick else None,
+        diagnostics=diagnostics,
+        stop_problems=problems,
+    )
+    session.note(
+        f"{label}: {w.runs:,} admitted in {span_s:.2f} s = "
+        + (f"{rate:,.0f}/s" if rate else "n/a")
+        + f"; duplicates {duplicates}, lost {lost}; SSI retries {retries}/{statements}"
+    )
+    return result

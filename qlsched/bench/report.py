@@ -1,0 +1,372 @@
+"""The bench's report: what each phase measured, the targets, and the readable rendering.
+
+One ``BenchReport`` is the whole result; ``--json`` prints it as one JSON object (the key
+names below are a contract: ``machine``, ``postgres_version``, ``drain``,
+``drain_same_tick``, ``steady``, ``claim_latency_us``, ``rss_mb``, ``ceiling``), otherwise
+``render`` prints it for a reader. Targets compare figures with the goals of DESIGN.md; a
+missed target is reported, never hidden, and does not change the exit code (exactly once
+does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import msgspec
+
+from qlsched.bench.machine import CpuUse, Load, Machine
+
+
+class Lag(msgspec.Struct, frozen=True):
+    """Schedule lag (queued_at_ms - scheduled_for_ms, database time), ms."""
+
+    p50: int | None
+    p95: int | None
+    p99: int | None
+    max: int | None
+
+
+class DrainResult(msgspec.Struct, frozen=True, kw_only=True):
+    """N occurrences due at one instant, drained by the replicas."""
+
+    triggers: int
+    cron: str
+    admitted: int
+    occurrences_per_s: float | None
+    """Admitted / (last - first queue time), database time."""
+    seconds: float
+    """First to last queue time."""
+    seconds_from_due: float | None
+    """From the instant all rows were due to the last queue time."""
+    duplicates: int
+    lost: int
+    malformed: int
+    """Runs not in their admission shape, or at no expected occurrence (verify)."""
+    ssi_retries: int
+    admit_statements: int
+    ssi_retry_ratio: float | None
+    """Retries per admit statement sent (failed ones included)."""
+    lag_ms: Lag | None
+    """From the shared tick (same-tick drain only: the burst's occurrence is months old)."""
+    diagnostics: dict[str, int]
+    stop_problems: list[str]
+
+
+class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
+    """N triggers, one occurrence each per minute, spread over the minute's 60 seconds."""
+
+    triggers: int
+    seconds: int
+    expected_occurrences: int
+    """Occurrences due in the measured window."""
+    occurrences: int
+    """Runs admitted for them."""
+    duplicates: int
+    lost: int
+    malformed: int
+    lag_ms: Lag
+    cadence_ms: int
+    ssi_retries: int
+    admit_statements: int
+    ssi_retry_ratio: float | None
+    diagnostics: dict[str, int]
+    stop_problems: list[str]
+
+
+class ClaimLatency(msgspec.Struct, frozen=True, kw_only=True):
+    """One claim statement of k rows (``config.claim_limit``), microseconds, this process's
+    clock; ``k1_*`` the same statement claiming one row."""
+
+    p50: float
+    p99: float
+    max: float
+    k1_p50: float
+    k1_p99: float
+    repetitions: int
+    planning_ms: float
+    """The server's planning time for one execution (EXPLAIN ANALYZE): the claim is planned
+    again at every execution while PostgreSQL's plan cache keeps choosing custom plans."""
+    execution_ms: float
+    plan: list[str]
+    """EXPLAIN (ANALYZE, FORMAT JSON) node types, pre-order."""
+
+
+class RssResult(msgspec.Struct, frozen=True, kw_only=True):
+    triggers: int
+    rss_mb: float
+    peak_mb: float | None
+    rounds: int
+    admitted: int
+
+
+class PgbenchRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One pgbench run of the pair."""
+
+    clients: int
+    threads: int
+    pairs_per_s: float
+    transactions: int
+    failed: int
+    retried: int
+    retries: int
+    ssi_retry_ratio: float | None
+
+
+class CeilingResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-occurrence pair (claim 1, admit 1) under pgbench, same server, same run."""
+
+    pair_occurrences_per_s: float
+    ratio: float | None
+    """drain.occurrences_per_s / pair_occurrences_per_s."""
+    clients: int
+    threads: int
+    seconds: int
+    transactions: int
+    failed: int
+    retried: int
+    retries: int
+    ssi_retry_ratio: float | None
+    """Retries per admit statement sent."""
+    runs: list[PgbenchRun]
+    """Every pgbench run; the best one is the ceiling."""
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    goal: str
+    measured: str
+    met: bool | None
+    """None: not measurable in this run."""
+
+
+class PostgresInfo(msgspec.Struct, frozen=True, kw_only=True):
+    embedded: bool
+    shared_buffers: str
+    fsync: str
+    synchronous_commit: str
+
+
+class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
+    triggers: int
+    replicas: int
+    seconds: int
+    quick: bool
+    claim_budget: int
+    cadence_ms: int
+    lease_ms: int
+    claim_limit: int
+    pgbench_clients: list[int]
+
+
+class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
+    machine: Machine
+    load: dict[str, Load]
+    """Load averages at ``start`` and ``end``."""
+    cpu: CpuUse | None
+    """How all CPUs were used during the run (this bench included), steal included."""
+    postgres_version: str
+    postgres: PostgresInfo
+    config: BenchConfig
+    drain: DrainResult
+    drain_same_tick: DrainResult
+    steady: SteadyResult
+    claim_latency_us: dict[int, dict[str, ClaimLatency]]
+    """Schedule rows -> state -> latency."""
+    rss_mb: dict[int, float]
+    """Triggers -> a replica's RSS after its rounds over them."""
+    rss: list[RssResult]
+    ceiling: CeilingResult
+    targets: dict[str, Target]
+    exactly_once: bool
+    """No duplicate, lost or malformed Run in any replica phase."""
+    seconds: float
+    """Wall time of the whole run."""
+
+
+def exactly_once(*phases: DrainResult | SteadyResult) -> bool:
+    return all(p.duplicates == 0 and p.lost == 0 and p.malformed == 0 for p in phases)
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of already sorted values (``fraction`` in (0, 1])."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def targets(
+    *,
+    drain: DrainResult,
+    same_tick: DrainResult,
+    steady: SteadyResult,
+    claims: dict[int, dict[str, ClaimLatency]],
+    rss: list[RssResult],
+    ceiling: CeilingResult,
+) -> dict[str, Target]:
+    out: dict[str, Target] = {}
+    out["drain_vs_ceiling"] = Target(
+        goal="burst drain >= 2x the same-run pgbench per-occurrence pair",
+        measured=_maybe(ceiling.ratio, "{:.2f}x"),
+        met=None if ceiling.ratio is None else ceiling.ratio >= 2.0,
+    )
+    ratios = {
+        "drain": drain.ssi_retry_ratio,
+        "same tick": same_tick.ssi_retry_ratio,
+        "steady": steady.ssi_retry_ratio,
+    }
+    known = [r for r in ratios.values() if r is not None]
+    out["ssi_retries"] = Target(
+        goal="SSI retries < 1 % of admit statements",
+        measured=", ".join(f"{k} {_maybe(v, '{:.2%}')}" for k, v in ratios.items()),
+        met=all(r < 0.01 for r in known) if known else None,
+    )
+    bound = steady.cadence_ms + 250
+    out["steady_lag"] = Target(
+        goal=f"steady p99 schedule lag <= cadence + 250 ms ({bound} ms)",
+        measured=_maybe(steady.lag_ms.p99, "{} ms"),
+        met=None if steady.lag_ms.p99 is None else steady.lag_ms.p99 <= bound,
+    )
+    largest = max(claims) if claims else None
+    if largest is not None:
+        worst = max(claims[largest].values(), key=lambda c: c.p99)
+        out["claim_latency"] = Target(
+            goal=f"claim p99 <= 1 ms at {largest:,} rows in every state",
+            measured=f"worst p99 {worst.p99 / 1000:.3f} ms",
+            met=worst.p99 <= 1000,
+        )
+    if len(rss) >= 2:
+        low, high = min(rss, key=lambda r: r.triggers), max(rss, key=lambda r: r.triggers)
+        change = high.rss_mb / low.rss_mb - 1
+        out["rss_flat"] = Target(
+            goal=f"replica RSS flat within 10 % from {low.triggers:,} to {high.triggers:,}",
+            measured=f"{low.rss_mb:.1f} -> {high.rss_mb:.1f} MB ({change:+.1%})",
+            met=abs(change) <= 0.10,
+        )
+    return out
+
+
+def _maybe(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}/s"
+
+
+def _lag(lag: Lag) -> str:
+    return f"p50 {_maybe(lag.p50, '{} ms')}, p95 {_maybe(lag.p95, '{} ms')}, p99 " + _maybe(
+        lag.p99, "{} ms"
+    )
+
+
+def _drain_lines(title: str, d: DrainResult) -> list[str]:
+    lines = [
+        f"{title}: {d.triggers:,} triggers due at one instant (cron {d.cron!r})",
+        f"  {d.admitted:,} admitted at {_rate(d.occurrences_per_s)} (first to last admit "
+        f"{d.seconds:.2f} s, from due {_maybe(d.seconds_from_due, '{:.2f} s')})",
+        f"  duplicates {d.duplicates}, lost {d.lost}, malformed {d.malformed}",
+        f"  SSI retries {d.ssi_retries} of {d.admit_statements} admit statements "
+        f"({_maybe(d.ssi_retry_ratio, '{:.2%}')})",
+    ]
+    if d.lag_ms is not None:
+        lines.append(f"  schedule lag from the tick {_lag(d.lag_ms)}")
+    if d.diagnostics:
+        lines.append("  diagnostics: " + ", ".join(f"{k} x{v}" for k, v in d.diagnostics.items()))
+    lines += [f"  note: {p}" for p in d.stop_problems]
+    return lines
+
+
+def render(report: BenchReport) -> str:
+    """The report for a reader."""
+    m, c = report.machine, report.config
+    start, end = report.load.get("start"), report.load.get("end")
+    where = "embedded" if report.postgres.embedded else "server"
+    out = [
+        "qlsched bench",
+        f"machine: {m.cpu_count} CPUs ({m.cpu_model}), {m.memory_mb or '?'} MB, {m.system}, "
+        f"Python {m.python}",
+        f"load average: start {_load(start)}, end {_load(end)}; during the run the CPUs were "
+        + (
+            "?"
+            if report.cpu is None
+            else f"{report.cpu.busy_pct:.0f} % busy, {report.cpu.steal_pct:.0f} % stolen"
+        ),
+        f"PostgreSQL {report.postgres_version} ({where}, shared_buffers "
+        f"{report.postgres.shared_buffers}, fsync {report.postgres.fsync}, "
+        f"synchronous_commit {report.postgres.synchronous_commit})",
+        f"replicas: {c.replicas} x `qlsched run` (claim budget {c.claim_budget}, cadence "
+        f"{c.cadence_ms} ms, lease {c.lease_ms} ms)" + ("   [--quick]" if c.quick else ""),
+        "",
+    ]
+    out += _drain_lines("burst drain", report.drain)
+    out.append("")
+    out += _drain_lines("same cron tick", report.drain_same_tick)
+    s = report.steady
+    out += [
+        "",
+        f"steady: {s.triggers:,} triggers, each once a minute, spread over the minute, "
+        f"for {s.seconds} s",
+        f"  {s.occurrences:,} of {s.expected_occurrences:,} occurrences admitted in the window; "
+        f"duplicates {s.duplicates}, lost {s.lost}, malformed {s.malformed}",
+        f"  schedule lag {_lag(s.lag_ms)}, max {_maybe(s.lag_ms.max, '{} ms')}",
+        f"  SSI retries {s.ssi_retries} of {s.admit_statements} admit statements "
+        f"({_maybe(s.ssi_retry_ratio, '{:.2%}')})",
+    ]
+    if s.diagnostics:
+        out.append("  diagnostics: " + ", ".join(f"{k} x{v}" for k, v in s.diagnostics.items()))
+    out += [
+        "",
+        f"claim latency (one statement, microseconds; k = {c.claim_limit} rows, and k = 1; "
+        "server planning + execution of one run, ms)",
+    ]
+    for rows, states in report.claim_latency_us.items():
+        for state, lat in states.items():
+            out.append(
+                f"  {rows:>9,} rows  {state:<18} p50 {lat.p50:6.0f}  p99 {lat.p99:6.0f}  "
+                f"max {lat.max:6.0f}   k=1 p50 {lat.k1_p50:5.0f} p99 {lat.k1_p99:5.0f}   "
+                f"plan {lat.planning_ms:.2f} + exec {lat.execution_ms:.2f}"
+            )
+    plans = {
+        " > ".join(lat.plan)
+        for states in report.claim_latency_us.values()
+        for lat in states.values()
+    }
+    out.append(f"  plans ({len(plans)} distinct, pre-order):")
+    for plan in sorted(plans):
+        out.append(f"    {plan}")
+    out += ["", "replica RSS after its rounds over the table"]
+    for r in report.rss:
+        peak = _maybe(r.peak_mb, "{:.1f} MB")
+        out.append(
+            f"  {r.triggers:>9,} triggers: {r.rss_mb:.1f} MB (peak {peak}) after "
+            f"{r.rounds} rounds, {r.admitted:,} admitted"
+        )
+    g = report.ceiling
+    out += ["", f"ceiling: pgbench, claim 1 + admit 1 per occurrence, {g.seconds} s per run"]
+    for run in g.runs:
+        out.append(
+            f"  {run.clients} clients, {run.threads} threads: {_rate(run.pairs_per_s)} "
+            f"({run.transactions:,} pairs, {run.failed} failed, {run.retries} retries = "
+            f"{_maybe(run.ssi_retry_ratio, '{:.2%}')} of admits)"
+        )
+    out += [
+        f"  ceiling (the best) {_rate(g.pair_occurrences_per_s)}; burst drain / ceiling = "
+        f"{_maybe(g.ratio, '{:.2f}x')}",
+        "",
+        "targets",
+    ]
+    for t in report.targets.values():
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t.met]
+        out.append(f"  [{verdict:>6}] {t.goal}: {t.measured}")
+    verdict = "held" if report.exactly_once else "VIOLATED"
+    out += ["", f"exactly once: {verdict}; wall time {report.seconds:.0f} s"]
+    return "\n".join(out)
+
+
+def _load(load: Load | None) -> str:
+    return "?" if load is None else f"{load.one:.2f} {load.five:.2f} {load.fifteen:.2f}"

@@ -1,0 +1,107 @@
+"""One bench run, start to end: the phases in order, then the report.
+
+Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
+ratio compares like with like), the same-tick drain, steady, then scale (claim latency at
+each size and the replicas' RSS). Each phase empties the database first. The caller owns
+the database (``Target``), the fleet and the work directory; this module opens and closes
+only the superuser pool it uses.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgspec
+
+from qlsched.bench import machine as machine_facts
+from qlsched.bench.ceiling import ceiling
+from qlsched.bench.drain import burst, same_tick
+from qlsched.bench.replicas import Fleet
+from qlsched.bench.report import BenchConfig, BenchReport, PostgresInfo, exactly_once, targets
+from qlsched.bench.scale import scale
+from qlsched.bench.session import BenchOptions, BenchSession
+from qlsched.bench.steady import steady
+from qlsched.postgres import bench_data
+from qlsched.postgres.pool import open_database
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the bench runs: its own database (created by init-db), and how to reach it."""
+
+    superuser_dsn: str
+    """The bench database, as the superuser (loads, resets, measurements)."""
+    runtime_dsn: str
+    """The bench database, as ``qlsched_runtime`` (replicas, pgbench, claim timings)."""
+    embedded: bool
+    pgbench: Path
+
+
+async def run_bench(
+    target: Target, options: BenchOptions, *, fleet: Fleet, workdir: Path
+) -> BenchReport:
+    started = time.monotonic()
+    load_start = machine_facts.load()
+    cpu_start = machine_facts.cpu_times()
+    async with open_database(
+        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
+    ) as db:
+        session = BenchSession(
+            options=options,
+            db=db,
+            runtime_dsn=target.runtime_dsn,
+            fleet=fleet,
+            workdir=workdir,
+            pgbench=target.pgbench,
+            started=started,
+        )
+        facts = await session.call(bench_data.server_facts)
+        session.note(
+            f"PostgreSQL {facts.version}; {options.triggers:,} triggers, {options.replicas} "
+            f"replicas, {options.seconds} s" + (" (quick)" if options.quick else "")
+        )
+        drain = await burst(session)
+        pair = await ceiling(session, drain.occurrences_per_s)
+        tick = await same_tick(session)
+        steady_result = await steady(session)
+        claims, rss = await scale(session)
+    return BenchReport(
+        machine=machine_facts.machine(),
+        load={"start": load_start, "end": machine_facts.load()},
+        cpu=machine_facts.cpu_use(cpu_start, machine_facts.cpu_times()),
+        postgres_version=facts.version,
+        postgres=PostgresInfo(
+            embedded=target.embedded,
+            shared_buffers=facts.shared_buffers,
+            fsync=facts.fsync,
+            synchronous_commit=facts.synchronous_commit,
+        ),
+        config=BenchConfig(
+            triggers=options.triggers,
+            replicas=options.replicas,
+            seconds=options.seconds,
+            quick=options.quick,
+            claim_budget=options.replica.claim_budget,
+            cadence_ms=options.replica.cadence_ms,
+            lease_ms=options.replica.lease_ms,
+            claim_limit=options.claim_limit,
+            pgbench_clients=list(options.pgbench_clients),
+        ),
+        drain=drain,
+        drain_same_tick=tick,
+        steady=steady_result,
+        claim_latency_us=claims,
+        rss_mb={r.triggers: r.rss_mb for r in rss},
+        rss=rss,
+        ceiling=pair,
+        targets=targets(
+            drain=drain,
+            same_tick=tick,
+            steady=steady_result,
+            claims=claims,
+            rss=rss,
+            ceiling=pair,
+        ),
+        exactly_once=exactly_once(drain, tick, steady_result),
+        seconds=round(time.monotonic() - started, 1),
+    )

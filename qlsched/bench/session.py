@@ -1,0 +1,167 @@
+"""One bench run's shared state: its options, its database, its replicas, its progress line.
+
+The phases (``drain``, ``steady``, ``ceiling``, ``scale``) each take a ``BenchSession`` and
+return their result; they run one after another, each on a freshly emptied database, so no
+phase sees another's rows, replicas or connections.
+
+Ownership: the session owns nothing it must close. The superuser pool, the fleet and the
+work directory belong to ``runner.run_bench`` and the ``bench`` command, which close them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+import trio
+
+from qlsched.bench.replicas import Fleet, Replica, ReplicaSettings, stop, wait_started
+from qlsched.postgres import bench_data
+from qlsched.postgres.pool import Connection, Database
+from qlsched.postgres.verify import VerifyReport, verify_exactly_once
+
+T = TypeVar("T")
+
+RUNTIME_ROLE = "qlsched_runtime"
+SESSIONS_GONE_TIMEOUT_S = 15.0
+
+
+class BenchOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Sizes and settings of one run (``options_for`` derives them from the flags)."""
+
+    triggers: int
+    replicas: int
+    seconds: int
+    quick: bool
+    replica: ReplicaSettings
+    claim_limit: int
+    """Rows per claim statement in the latency measurement (k)."""
+    claim_repetitions: int
+    scale_rows: tuple[int, ...]
+    rss_rounds: int
+    """Rounds a replica runs over the table before its RSS is read."""
+    ceiling_seconds: int
+    pgbench_clients: tuple[int, ...]
+    """pgbench runs, one per client count; the ceiling is the best."""
+
+
+BENCH_REPLICA = ReplicaSettings(
+    claim_budget=256, cadence_ms=100, lease_ms=30_000, stop_timeout_ms=2_000
+)
+"""The replicas' flags: the hard-cap claim budget (a burst is drained in the fewest rounds,
+each one batch admit), a 100 ms cadence (a due row waits at most that long for a round), the
+default 30 s lease (above the runtime role's 5 s timeouts, which readiness requires)."""
+
+
+def options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> BenchOptions:
+    """The run's options. ``quick``: at most 1,000 triggers and 5 s, 1k/10k schedule rows,
+    fewer repetitions: a smoke run in under a minute."""
+    if quick:
+        return BenchOptions(
+            triggers=min(triggers, 1_000),
+            replicas=replicas,
+            seconds=min(seconds, 5),
+            quick=True,
+            replica=BENCH_REPLICA,
+            claim_limit=16,
+            claim_repetitions=200,
+            scale_rows=(1_000, 10_000),
+            rss_rounds=15,
+            ceiling_seconds=3,
+            pgbench_clients=(replicas,),
+        )
+    return BenchOptions(
+        triggers=triggers,
+        replicas=replicas,
+        seconds=seconds,
+        quick=False,
+        replica=BENCH_REPLICA,
+        claim_limit=16,
+        claim_repetitions=1_000,
+        scale_rows=(1_000, 100_000, 1_000_000),
+        rss_rounds=60,
+        ceiling_seconds=10,
+        # The same concurrency: in a drain a replica has one statement in flight at a time
+        # (its round claims, then admits): one pgbench client per replica; and two per
+        # replica, its claim and admit pools both busy. The better run is the ceiling.
+        pgbench_clients=(replicas, 2 * replicas),
+    )
+
+
+@dataclass
+class BenchSession:
+    options: BenchOptions
+    db: Database
+    """The superuser's pool on the bench database."""
+    runtime_dsn: str
+    fleet: Fleet
+    workdir: Path
+    pgbench: Path
+    started: float
+
+    async def call(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` on the superuser's pool."""
+        return await self.db.run(fn)
+
+    def note(self, text: str) -> None:
+        """A progress line on stderr."""
+        elapsed = time.monotonic() - self.started
+        print(f"qlsched bench [{elapsed:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+    async def start_replicas(self, count: int) -> list[Replica]:
+        replicas = [self.fleet.spawn(self.runtime_dsn, self.options.replica) for _ in range(count)]
+        await wait_started(replicas)
+        return replicas
+
+    async def stop_replicas(self, replicas: list[Replica]) -> list[str]:
+        """Stop them in order, then wait until their database sessions are gone (so every
+        count they made is in the statistics)."""
+        problems = await stop(replicas, self.options.replica)
+
+        async def sessions(conn: Connection) -> int:
+            return await bench_data.sessions_of(conn, RUNTIME_ROLE)
+
+        with trio.move_on_after(SESSIONS_GONE_TIMEOUT_S):
+            # Polled: the server has no event for a session's end that we could wait on.
+            while await self.call(sessions):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        return problems
+
+    async def db_now_ms(self) -> int:
+        return await self.call(bench_data.now_ms)
+
+    async def rollbacks(self) -> int:
+        return await self.call(bench_data.rollbacks)
+
+    async def admit_counts(self, rollbacks_before: int) -> tuple[int, int]:
+        """(retries, admit statements) since ``rollbacks_before``, once the replicas are gone.
+
+        Read from the database, not the replicas (``/metrics`` does not export the store's
+        retry count): in a phase only the replicas' admits roll back (claims, settles and
+        reads commit), so the rolled-back transactions are the retried admit statements, and
+        the distinct inserting transactions of the Runs are the admit statements that
+        committed. An admit that committed no Run at all (every row refused) is not counted.
+        """
+        retries = await self.rollbacks() - rollbacks_before
+        committed = await self.call(bench_data.admit_transactions)
+        return retries, committed + retries
+
+    async def verify(self, first_cursors: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
+        """(duplicates, lost, malformed) by ``verify_exactly_once`` over the whole database."""
+
+        async def fn(conn: Connection) -> VerifyReport:
+            return await verify_exactly_once(conn, first_cursors=first_cursors)
+
+        report = await self.call(fn)
+        malformed = (
+            len(report.bad_runs)
+            + len(report.bad_attempts)
+            + len(report.bad_events)
+            + len(report.unexpected)
+        )
+        return len(report.duplicates), len(report.lost), malformed

@@ -1,0 +1,122 @@
+"""Steady phase: N triggers, each once a minute, spread evenly over the minute's seconds.
+
+Trigger i gets the 6-field cron ``S * * * * *`` with S = (i - 1) % 60, so about N/60
+occurrences fall due every second. Its cursor moves to its first occurrence at least a second
+ahead (computed by core's cron, as Initialize would), the replicas run for ``--seconds``, and
+the schedule lag of every occurrence in that window (queued_at_ms - scheduled_for_ms, both
+database time) gives p50/p95/p99. After the window the replicas get a cadence and a second to
+finish, then stop; exactly once is audited from each trigger's first cursor.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from qlsched.bench.replicas import check_alive
+from qlsched.bench.report import Lag, SteadyResult, ratio
+from qlsched.bench.session import BenchSession
+from qlsched.core.cron import next_after, parse_cron
+from qlsched.postgres import bench_data
+from qlsched.postgres.bench_data import PROJECT, RowState, RunsWindow
+from qlsched.postgres.pool import Connection
+
+OFFSETS = 60
+LEAD_MS = 1_000
+SETTLE_MS = 1_000
+WARM_ROUNDS = 3
+PROGRESS_S = 5.0
+
+
+def crons() -> list[str]:
+    return [f"{second} * * * * *" for second in range(OFFSETS)]
+
+
+def expected_occurrences(n: int, first_ms: int, end_ms: int) -> int:
+    """Occurrences of triggers 1..n in ``[first_ms, end_ms)``: trigger i fires at every
+    whole second s with s % 60 == (i - 1) % 60."""
+    total = 0
+    for second_ms in range(-(-first_ms // 1000) * 1000, end_ms, 1000):
+        offset = (second_ms // 1000) % OFFSETS
+        total += n // OFFSETS + (1 if offset < n % OFFSETS else 0)
+    return total
+
+
+async def steady(session: BenchSession) -> SteadyResult:
+    o = session.options
+    n = o.triggers
+    expressions = crons()
+    session.note(f"steady: loading {n:,} triggers ('S * * * * *', S = 0..59)")
+
+    async def load(conn: Connection) -> None:
+        await bench_data.reset(conn)
+        now = await bench_data.now_ms(conn)
+        await bench_data.load_triggers(
+            conn, n, crons=expressions, misfire="skip", grace_ms=60_000, now_ms=now
+        )
+        await bench_data.load_schedules(conn, n, RowState(later_ms=now + 86_400_000), now_ms=now)
+        await bench_data.vacuum(conn)
+
+    await session.call(load)
+    replicas = await session.start_replicas(o.replicas)
+    await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
+    before = await session.rollbacks()
+    start = await session.db_now_ms() + LEAD_MS
+    cursors = [next_after(parse_cron(c), start - 1) for c in expressions]
+
+    async def move(conn: Connection) -> int:
+        return await bench_data.set_cursors(conn, cursors)
+
+    await session.call(move)
+    end = start + o.seconds * 1000
+    session.note(
+        f"steady: {n:,} triggers, ~{n / OFFSETS:,.0f} occurrences/s, for {o.seconds} s "
+        f"on {o.replicas} replicas"
+    )
+
+    async def count(conn: Connection) -> int:
+        return await bench_data.run_count(conn, start, end - 1)
+
+    now = await session.db_now_ms()
+    finish = trio.current_time() + (end + SETTLE_MS + o.replica.cadence_ms - now) / 1000
+    while trio.current_time() < finish:
+        await trio.sleep(min(PROGRESS_S, max(0.0, finish - trio.current_time())))
+        check_alive(replicas)
+        if trio.current_time() < finish:
+            session.note(f"steady: {await session.call(count):,} admitted so far")
+    problems = await session.stop_replicas(replicas)
+    retries, statements = await session.admit_counts(before)
+
+    async def window(conn: Connection) -> RunsWindow:
+        return await bench_data.runs_window(conn, start, end - 1)
+
+    w = await session.call(window)
+    first = {
+        (PROJECT, bench_data.trigger_id(i)): cursors[(i - 1) % OFFSETS] for i in range(1, n + 1)
+    }
+    duplicates, lost, malformed = await session.verify(first)
+    expected = expected_occurrences(n, start, end)
+    lost = max(lost, expected - (w.runs - duplicates))
+    diagnostics: dict[str, int] = {}
+    for r in replicas:
+        for code, k in r.diagnostic_codes().items():
+            diagnostics[code] = diagnostics.get(code, 0) + k
+    session.note(
+        f"steady: {w.runs:,} of {expected:,} occurrences; lag p50 {w.lag_p50_ms} ms, "
+        f"p99 {w.lag_p99_ms} ms; duplicates {duplicates}, lost {lost}"
+    )
+    return SteadyResult(
+        triggers=n,
+        seconds=o.seconds,
+        expected_occurrences=expected,
+        occurrences=w.runs,
+        duplicates=duplicates,
+        lost=lost,
+        malformed=malformed,
+        lag_ms=Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms),
+        cadence_ms=o.replica.cadence_ms,
+        ssi_retries=retries,
+        admit_statements=statements,
+        ssi_retry_ratio=ratio(retries, statements),
+        diagnostics=diagnostics,
+        stop_problems=problems,
+    )

@@ -1,0 +1,232 @@
+"""``qlsched bench``: the project's benchmark (``qlsched.bench``), with the pgbench ceiling.
+
+Where it runs: with no ``--dsn``, an ephemeral embedded PostgreSQL (its own settings, stopped
+and removed at the end); with a superuser ``--dsn``, a fresh database
+``qlsched_bench_<random>`` on that server, dropped at the end (the server's cluster-wide
+``qlsched_*`` roles are created when missing, as ``init-db`` does; their passwords come from
+``QLSCHED_<ROLE>_PASSWORD`` when they already have one). Never point it at a database in
+use: it only ever touches the one it creates.
+
+Output: progress lines on stderr; the report on stdout, readable or (``--json``) one JSON
+object. Exit 0 when exactly once held in every replica phase (a missed speed target is
+reported, not an error), 1 when it did not or the bench could not run, 2 for bad flags,
+130/143 on SIGINT/SIGTERM (replicas killed, database dropped, server stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+import trio
+
+from qlsched.bench.ceiling import CeilingFailed
+from qlsched.bench.replicas import Fleet, ReplicaFailed
+from qlsched.bench.report import BenchReport, render
+from qlsched.bench.runner import Target, run_bench
+from qlsched.bench.session import BenchOptions, options_for
+from qlsched.commands._common import BAD_INPUT, FAILED, fail
+from qlsched.embedded import EmbeddedError, find_bindir, open_embedded
+from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
+from qlsched.postgres.initdb import init_db
+from qlsched.postgres.pool import Connection, connect_once
+from qlsched.postgres.verify import drop_database
+
+MAX_TRIGGERS = 1_000_000
+MAX_REPLICAS = 32
+MAX_SECONDS = 3_600
+EMBEDDED_SETTINGS = {"shared_buffers": "256MB", "max_wal_size": "2GB"}
+"""The embedded server's settings beyond qlsched.embedded's own: room for the 1M-row tables
+in memory, and no checkpoint storm in the middle of a bulk load."""
+CLEANUP_S = 30.0
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _pgbench(explicit_bindir: str | None, server_bindir: Path | None) -> Path | None:
+    """pgbench: next to the server's binaries, else the named or packaged ones, else PATH."""
+    candidates: list[Path] = []
+    if server_bindir is not None:
+        candidates.append(server_bindir / "pgbench")
+    with contextlib.suppress(EmbeddedError):
+        candidates.append(find_bindir(explicit_bindir) / "pgbench")
+    found = shutil.which("pgbench")
+    if found:
+        candidates.append(Path(found))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+async def _bench(
+    superuser_dsn: str,
+    database: str,
+    *,
+    want_passwords: bool | None,
+    embedded: bool,
+    pgbench: Path,
+    options: BenchOptions,
+    fleet: Fleet,
+    workdir: Path,
+) -> BenchReport:
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            caught: list[int] = []
+
+            async def watch() -> None:
+                async for signum in signals:
+                    caught.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            report: BenchReport | None = None
+            try:
+                initialised = await init_db(
+                    superuser_dsn, database=database, want_passwords=want_passwords
+                )
+                runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
+                target = Target(
+                    superuser_dsn=with_credentials(
+                        superuser_dsn,
+                        user=user_of(superuser_dsn) or "postgres",
+                        password=password_of(superuser_dsn),
+                        database=database,
+                    ),
+                    runtime_dsn=runtime,
+                    embedded=embedded,
+                    pgbench=pgbench,
+                )
+                report = await run_bench(target, options, fleet=fleet, workdir=workdir)
+            finally:
+                nursery.cancel_scope.cancel()
+    if caught:
+        raise Interrupted(caught[0])
+    assert report is not None
+    return report
+
+
+async def _drop(superuser_dsn: str, database: str) -> None:
+    async def fn(conn: Connection) -> None:
+        await drop_database(conn, database)
+
+    await connect_once(superuser_dsn, fn)
+
+
+def _single_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.triggers <= MAX_TRIGGERS:
+        return f"--triggers {args.triggers}: must be 1..{MAX_TRIGGERS:,}"
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        return f"--replicas {args.replicas}: must be 1..{MAX_REPLICAS}"
+    if not 1 <= args.seconds <= MAX_SECONDS:
+        return f"--seconds {args.seconds}: must be 1..{MAX_SECONDS}"
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    problem = _check(args)
+    if problem is not None:
+        return fail("bench", problem, 2)
+    options = options_for(
+        triggers=args.triggers, replicas=args.replicas, seconds=args.seconds, quick=args.quick
+    )
+    drop: tuple[str, str] | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            workdir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="qlsched-bench-"))
+            )
+            if args.dsn:
+                superuser_dsn, embedded = args.dsn, False
+                database = f"qlsched_bench_{secrets.token_hex(4)}"
+                want_passwords: bool | None = None
+                server_bindir: Path | None = None
+                print(
+                    f"qlsched bench: server {redact(args.dsn)}, a fresh database {database}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                drop = (superuser_dsn, database)
+            else:
+                print("qlsched bench: starting an ephemeral embedded PostgreSQL", file=sys.stderr)
+                server = stack.enter_context(
+                    open_embedded(bindir=args.pg_bindir, settings=EMBEDDED_SETTINGS)
+                )
+                superuser_dsn, embedded = server.dsn(), True
+                database, want_passwords, server_bindir = "qlsched_bench", False, server.bindir
+            pgbench = _pgbench(args.pg_bindir, server_bindir)
+            if pgbench is None:
+                return fail("bench", "pgbench not found: pass --pg-bindir DIR (pg_config --bindir)")
+            fleet = stack.enter_context(Fleet(workdir))
+            report = trio.run(
+                lambda: _bench(
+                    superuser_dsn,
+                    database,
+                    want_passwords=want_passwords,
+                    embedded=embedded,
+                    pgbench=pgbench,
+                    options=options,
+                    fleet=fleet,
+                    workdir=workdir,
+                )
+            )
+    except BaseExceptionGroup as group:
+        leaf = _single_leaf(group)
+        return _failure(leaf, group)
+    except (Exception, KeyboardInterrupt) as exc:
+        return _failure(exc, exc)
+    finally:
+        if drop is not None:
+            _drop_quietly(*drop)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        print(render(report))
+    sys.stdout.flush()
+    return 0 if report.exactly_once else 1
+
+
+def _failure(leaf: BaseException, original: BaseException) -> int:
+    if isinstance(leaf, Interrupted):
+        print(f"qlsched bench: {leaf}: replicas killed, nothing left behind", file=sys.stderr)
+        return 128 + leaf.signum
+    if isinstance(leaf, KeyboardInterrupt):
+        print("qlsched bench: interrupted: replicas killed, nothing left behind", file=sys.stderr)
+        return 130
+    if isinstance(leaf, BAD_INPUT):
+        return fail("bench", str(leaf), 2)
+    if isinstance(leaf, (*FAILED, ReplicaFailed, CeilingFailed)):
+        return fail("bench", str(leaf), 1)
+    raise original
+
+
+def _drop_quietly(superuser_dsn: str, database: str) -> None:
+    async def fn() -> None:
+        with trio.move_on_after(CLEANUP_S):
+            await _drop(superuser_dsn, database)
+
+    try:
+        trio.run(fn)
+    except Exception as exc:
+        print(
+            f"qlsched bench: could not drop database {database} ({type(exc).__name__}); "
+            "drop it by hand",
+            file=sys.stderr,
+        )
+        return
+    print(f"qlsched bench: dropped database {database}", file=sys.stderr)

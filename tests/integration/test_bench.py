@@ -1,0 +1,102 @@
+"""``qlsched bench --quick --json`` end to end, in a subprocess, as a newcomer runs it.
+
+A smoke run: it must finish, exit 0, print exactly one JSON object carrying every key of the
+report's contract (DESIGN.md §7), and hold exactly once in every replica phase (0 duplicates,
+0 lost). No figure is compared with a goal here: speed is shown by the benchmark itself, never
+asserted by a timed test on a shared machine.
+
+The bench brings its own embedded PostgreSQL; with ``QLSCHED_TEST_DSN`` (a superuser DSN) it
+runs in a fresh database on that server instead, and ``QLSCHED_TEST_PG_BINDIR`` selects the
+binaries (pgbench included), as for the rest of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 600
+STATES = ("none_due", "one_pct_due", "most_due_claimed", "ten_pct_inactive")
+QUICK_ROWS = ("1000", "10000")
+
+
+def _command() -> list[str]:
+    argv = [sys.executable, "-m", "qlsched", "bench", "--quick", "--json"]
+    if dsn := os.environ.get("QLSCHED_TEST_DSN"):
+        argv += ["--dsn", dsn]
+    if bindir := os.environ.get("QLSCHED_TEST_PG_BINDIR"):
+        argv += ["--pg-bindir", bindir]
+    return argv
+
+
+def _env() -> dict[str, str]:
+    """The test's environment without anything that would configure qlsched itself."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("QLSCHED_")}
+
+
+def _drain_keys(drain: dict[str, Any]) -> None:
+    for key in ("occurrences_per_s", "duplicates", "lost", "ssi_retry_ratio"):
+        assert key in drain, key
+    assert drain["duplicates"] == 0
+    assert drain["lost"] == 0
+    assert drain["admitted"] == drain["triggers"]
+
+
+def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
+    """The quick bench exits 0 with one JSON object on stdout holding every contract key
+    (machine, postgres_version, drain, drain_same_tick, steady, claim_latency_us, rss_mb,
+    ceiling), 0 duplicates and 0 lost in each drain and in steady."""
+    proc = subprocess.run(
+        _command(),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().count("\n") == 0, "stdout must be one JSON object alone"
+    report = json.loads(proc.stdout)
+    assert isinstance(report, dict)
+
+    machine = report["machine"]
+    for key in ("cpu_count", "cpu_model", "memory_mb"):
+        assert key in machine, key
+    assert isinstance(report["postgres_version"], str)
+
+    _drain_keys(report["drain"])
+    _drain_keys(report["drain_same_tick"])
+
+    steady = report["steady"]
+    assert set(steady["lag_ms"]) >= {"p50", "p95", "p99"}
+    assert steady["duplicates"] == 0
+    assert steady["lost"] == 0
+
+    claims = report["claim_latency_us"]
+    assert set(claims) == set(QUICK_ROWS)
+    for rows in QUICK_ROWS:
+        assert set(claims[rows]) == set(STATES)
+        for latency in claims[rows].values():
+            assert latency["p50"] > 0
+            assert latency["p99"] >= latency["p50"]
+            assert latency["plan"], "the claim's plan node types are reported"
+
+    assert set(report["rss_mb"]) == set(QUICK_ROWS)
+    assert all(mb > 0 for mb in report["rss_mb"].values())
+
+    ceiling = report["ceiling"]
+    assert ceiling["pair_occurrences_per_s"] > 0
+    assert "ratio" in ceiling
+
+    assert report["exactly_once"] is True
+    assert "qlsched bench" in proc.stderr, "progress lines go to stderr"
