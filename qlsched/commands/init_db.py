@@ -28,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
         print_report(report)
         return 0
 
-    if args.dsn:
+    if args.dsn is not None:  # an empty --dsn is bad input (init_db says so), not "embedded"
         return run_command("init-db", lambda: body(args.dsn))
     print("init-db: no --dsn, using the embedded database", file=sys.stderr)
     with embedded_database(args.data_dir, args.pg_bindir) as server:

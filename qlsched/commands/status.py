@@ -73,7 +73,9 @@ def main(args: argparse.Namespace) -> int:
         assert config.dsn
         return await body(config.dsn)
 
-    if args.dsn or os.environ.get("QLSCHED_DSN"):
+    if args.dsn is not None or os.environ.get("QLSCHED_DSN") is not None:
+        # Given, even empty: configuration validates it (an empty DSN is bad input, exit 2),
+        # never a silent fall-back to the embedded database.
         return run_command("status", configured)
     print("status: no --dsn, using the embedded database", file=sys.stderr)
     with embedded_database(args.data_dir, args.pg_bindir) as server:

@@ -152,6 +152,9 @@ def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
             f"idle_in_transaction_timeout_ms={config.idle_in_transaction_timeout_ms} must be "
             f"below lease_ms={config.lease_ms} (from {src('idle_in_transaction_timeout_ms')})"
         )
+    if config.dsn is not None and not config.dsn.strip():
+        # An empty DSN is a mistake (an unset shell variable), never "use the embedded one".
+        raise ConfigError(f"dsn: must not be empty (from {src('dsn')})")
     if not config.owner or len(config.owner) > 200:
         raise ConfigError(f"owner must be 1..200 characters (from {src('owner')})")
     if config.http is not None:

@@ -1,27 +1,78 @@
-"""DSN handling that never prints a password: rewrite user/password/database, redact."""
+"""DSN handling that never prints a password: check, rewrite user/password/database, redact.
+
+Every parse goes through ``_urlsplit``: a string urllib cannot split (an unclosed IPv6
+bracket) raises ``DsnError``, never a bare ``ValueError``.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+import re
+from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit, urlunsplit
 
 
 class DsnError(ValueError):
     """A DSN that is not a postgresql:// URI (the message never contains the DSN)."""
 
 
+_IPV6_HOSTSPEC = re.compile(r"^\[[^\]]+\](?::(.*))?$")
+
+
+def _urlsplit(dsn: str) -> SplitResult:
+    try:
+        return urlsplit(dsn)
+    except ValueError:
+        raise DsnError("the DSN is not valid: it cannot be parsed as a URI") from None
+
+
 def _split(dsn: str) -> tuple[str, str, str, str, str]:
-    parts = urlsplit(dsn)
+    parts = _urlsplit(dsn)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise DsnError("the DSN must be a postgresql:// URI")
+        raise DsnError("the DSN is not valid: it must be a postgresql:// URI")
     return parts.scheme, parts.netloc, parts.path, parts.query, parts.fragment
 
 
+def _check_port(port: str) -> None:
+    port = unquote(port)
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise DsnError("the DSN is not valid: a port must be a number 1..65535")
+
+
+def check_dsn(dsn: str) -> None:
+    """Raise DsnError unless ``dsn`` is a postgresql:// URI the driver can parse: scheme,
+    host list ports (``host:port``, ``[v6]:port``, comma-separated), the query string and
+    its ``port=`` values. Connecting is still the only test of whether it works."""
+    if not dsn.strip():
+        raise DsnError("the DSN is empty")
+    _, netloc, _, query, _ = _split(dsn)
+    hostspec = netloc.rpartition("@")[2]
+    for host in hostspec.split(",") if hostspec else []:
+        if not host or host.startswith("/"):
+            continue
+        if host.startswith("["):
+            m = _IPV6_HOSTSPEC.match(host)
+            if m is None:
+                raise DsnError("the DSN is not valid: a bracketed IPv6 host is malformed")
+            port = m.group(1)
+        else:
+            port = host.partition(":")[2]
+        if port:
+            _check_port(port)
+    if query:
+        try:
+            params = parse_qs(query, strict_parsing=True)
+        except ValueError:
+            raise DsnError("the DSN is not valid: its query string is malformed") from None
+        for value in params.get("port", [])[-1:]:
+            for port in value.split(","):
+                _check_port(port)
+
+
 def has_password(dsn: str) -> bool:
-    return urlsplit(dsn).password is not None
+    return _urlsplit(dsn).password is not None
 
 
 def user_of(dsn: str) -> str | None:
-    user = urlsplit(dsn).username
+    user = _urlsplit(dsn).username
     return unquote(user) if user else None
 
 
@@ -52,5 +103,5 @@ def redact(dsn: str) -> str:
 
 
 def password_of(dsn: str) -> str | None:
-    password = urlsplit(dsn).password
+    password = _urlsplit(dsn).password
     return unquote(password) if password is not None else None

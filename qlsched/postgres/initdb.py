@@ -3,7 +3,7 @@
 Passwords never reach the server in plain text: each is sent as a SCRAM-SHA-256 verifier
 computed here. A role that already has a password keeps it unless one is given in
 ``QLSCHED_<ROLE>_PASSWORD``; a generated password is returned once for printing and
-nowhere else.
+nowhere else. Runs started together are safe (see ``init_db``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ import secrets
 import unicodedata
 from collections.abc import Mapping
 
+import asyncpg
 import msgspec
 
-from qlsched.postgres.dsn import has_password, password_of, user_of, with_credentials
+from qlsched.core.config import ConfigError
+from qlsched.postgres.dsn import check_dsn, has_password, password_of, user_of, with_credentials
+from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error, sqlstate
 from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
     MigrateReport,
@@ -32,6 +35,11 @@ from qlsched.postgres.queries import query
 
 LOGIN_ROLES = ("qlsched_admin", "qlsched_runtime", "qlsched_worker_ingress", "qlsched_observer")
 SCRAM_ITERATIONS = 4096
+CONNECT_TIMEOUT = 10.0
+# duplicate_database, duplicate_object, unique_violation (pg_database/pg_authid indexes):
+# what a CREATE DATABASE or CREATE ROLE racing another run's gets.
+ALREADY_EXISTS = frozenset({"42P04", "42710", "23505"})
+BOOTSTRAP_ATTEMPTS = 3
 
 
 class RoleDsn(msgspec.Struct, frozen=True):
@@ -78,6 +86,49 @@ async def _require_superuser(conn: Connection) -> str:
     return str(version)
 
 
+async def _connect(dsn: str) -> Connection:
+    """A second connection from inside ``connect_once`` (already on the asyncio side)."""
+    try:
+        return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+    except Exception as exc:
+        raise DatabaseUnavailable(describe_connect_error(exc)) from None
+
+
+async def _create_database(conn: Connection, database: str) -> bool:
+    """CREATE DATABASE unless it exists; False when it existed (or another run made it)."""
+    if await conn.fetchval(query("database_exists"), database):
+        return False
+    statement = await conn.fetchval(query("create_database_statement"), database)
+    try:
+        await conn.execute(statement)
+    except Exception as exc:
+        # A run not serialised by init_lock (another maintenance database) got there first.
+        if sqlstate(exc) in ALREADY_EXISTS and await conn.fetchval(
+            query("database_exists"), database
+        ):
+            return False
+        raise
+    return True
+
+
+async def _migrate(conn: Connection, timeouts: RoleTimeouts | None) -> MigrateReport:
+    """``migrate``, again when its bootstrap lost a CREATE ROLE race (it is idempotent)."""
+    attempt = 1
+    while True:
+        try:
+            return await migrate(conn, timeouts)
+        except Exception as exc:
+            if sqlstate(exc) not in ALREADY_EXISTS or attempt >= BOOTSTRAP_ATTEMPTS:
+                raise
+            attempt += 1
+
+
+def check_database_name(database: str) -> None:
+    """A name PostgreSQL keeps as given: 1..63 bytes, no NUL (longer ones are truncated)."""
+    if not database or len(database.encode("utf-8")) > 63 or "\x00" in database:
+        raise ConfigError(f"database name {database!r}: expected 1..63 bytes")
+
+
 async def init_db(
     superuser_dsn: str,
     *,
@@ -90,20 +141,18 @@ async def init_db(
 
     ``want_passwords`` None means: generate passwords only when the superuser DSN itself
     carries one (trust/peer setups need none).
+
+    Concurrent runs are safe: each holds ``init_lock`` on the DSN's own (maintenance)
+    database for the whole run, so runs through one maintenance database take turns; runs
+    through different ones may still race, and then an "already exists" answer (42P04,
+    42710, 23505 on a catalog) means another run made it: the database is re-checked, the
+    bootstrap (idempotent) is run again.
     """
+    check_dsn(superuser_dsn)
+    check_database_name(database)
     environ = os.environ if env is None else env
     if want_passwords is None:
         want_passwords = has_password(superuser_dsn)
-
-    async def create(conn: Connection) -> bool:
-        await _require_superuser(conn)
-        if await conn.fetchval(query("database_exists"), database):
-            return False
-        statement = await conn.fetchval(query("create_database_statement"), database)
-        await conn.execute(statement)
-        return True
-
-    created = await connect_once(superuser_dsn, create)
     target = with_credentials(
         superuser_dsn,
         user=user_of(superuser_dsn) or environ.get("PGUSER") or "postgres",
@@ -113,7 +162,7 @@ async def init_db(
 
     async def setup(conn: Connection) -> tuple[MigrateReport, list[RoleDsn]]:
         await _require_superuser(conn)
-        report = await migrate(conn, timeouts)
+        report = await _migrate(conn, timeouts)
         roles: list[RoleDsn] = []
         for role in LOGIN_ROLES:
             given = environ.get(password_env(role))
@@ -139,5 +188,17 @@ async def init_db(
             )
         return report, roles
 
-    report, roles = await connect_once(target, setup)
-    return InitReport(database=database, created_database=created, migrate=report, roles=roles)
+    async def run(conn: Connection) -> InitReport:
+        await _require_superuser(conn)
+        # Released by init_unlock, or by closing the session when the run fails.
+        await conn.execute(query("init_lock"))
+        created = await _create_database(conn, database)
+        target_conn = await _connect(target)
+        try:
+            report, roles = await setup(target_conn)
+        finally:
+            await target_conn.close(timeout=5)
+        await conn.execute(query("init_unlock"))
+        return InitReport(database=database, created_database=created, migrate=report, roles=roles)
+
+    return await connect_once(superuser_dsn, run, connect_timeout=CONNECT_TIMEOUT)

@@ -8,17 +8,27 @@ membership, PUBLIC holding nothing, EXECUTE kept from PUBLIC by default privileg
 SECURITY DEFINER function with a pinned search_path, and the runtime role's
 idle-in-transaction, lock and statement timeouts set and below the lease. Every finding is
 one line; the lifecycle never starts while there is one.
+
+A role that may not read something (SQLSTATE 42501, e.g. the admin role and the ledger, or
+a role with no grant at all) gets a finding naming what it could not read and the role,
+and the rest is still checked: not being able to look is never "ready". Run it outside a
+transaction block (each read is its own statement).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import msgspec
 
+from qlsched.postgres.errors import sqlstate
 from qlsched.postgres.migrate import MIN_SERVER_VERSION, load_migrations, verify_ledger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+
+INSUFFICIENT_PRIVILEGE = "42501"
 
 CAPABILITY = ("qlsched.cluster_scheduler", 1)
 ROLES = (
@@ -89,6 +99,28 @@ def setting_ms(value: str) -> int | None:
     return int(m.group(1)) * _UNIT_MS[m.group(2)]
 
 
+class _Reading:
+    """What a guarded block is reading now (set before each statement, for the finding)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+@asynccontextmanager
+async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Reading]:
+    """Turn "permission denied" inside the block into a finding; anything else propagates."""
+    reading = _Reading(what)
+    try:
+        yield reading
+    except Exception as exc:
+        if sqlstate(exc) != INSUFFICIENT_PRIVILEGE:
+            raise
+        findings.append(
+            f"cannot read {reading.what}: permission denied to role {role} "
+            f"(SQLSTATE {INSUFFICIENT_PRIVILEGE}); check as the runtime, observer or a superuser"
+        )
+
+
 def _grant_text(g: Grant) -> str:
     kind, obj, col, grantee, priv = g
     target = f"{obj}({col})" if col else obj
@@ -98,82 +130,98 @@ def _grant_text(g: Grant) -> str:
 async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     """Collect every finding (never stop at the first) and say whether the schema is ready."""
     findings: list[str] = []
-    row = await conn.fetchrow(query("server_facts"))
+    row = await conn.fetchrow(query("readiness_facts"))
     assert row is not None
     version_num, database = int(row["version_num"]), str(row["database"])
+    role = str(row["role"])
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
     files = load_migrations()
     applied_names: list[str] = []
-    if not await conn.fetchval(query("ledger_exists")):
-        findings.append("schema qlsched is not installed (run `qlsched init-db`)")
-    else:
-        rows = await conn.fetch(query("migrations_applied"))
-        applied = [(int(r["version"]), str(r["name"]), str(r["checksum"])) for r in rows]
-        applied_names = [name for _, name, _ in applied]
-        findings += verify_ledger(applied, files)
-        done = {v for v, _, _ in applied}
-        findings += [f"migration {m.name} is not applied" for m in files if m.version not in done]
-        if all(m.version in done for m in files):
-            version = await conn.fetchval(query("capability_version"), CAPABILITY[0])
-            if version is None:
-                findings.append(f"capability {CAPABILITY[0]} is missing")
-            elif int(version) < CAPABILITY[1]:
+    async with _guard(findings, role, "schema qlsched") as reading:
+        if not await conn.fetchval(query("ledger_exists")):
+            findings.append("schema qlsched is not installed (run `qlsched init-db`)")
+        else:
+            reading.what = "the migration ledger qlsched.schema_migrations"
+            rows = await conn.fetch(query("migrations_applied"))
+            applied = [(int(r["version"]), str(r["name"]), str(r["checksum"])) for r in rows]
+            applied_names = [name for _, name, _ in applied]
+            findings += verify_ledger(applied, files)
+            done = {v for v, _, _ in applied}
+            findings += [
+                f"migration {m.name} is not applied" for m in files if m.version not in done
+            ]
+            if all(m.version in done for m in files):
+                reading.what = "the capability table qlsched.capability"
+                version = await conn.fetchval(query("capability_version"), CAPABILITY[0])
+                if version is None:
+                    findings.append(f"capability {CAPABILITY[0]} is missing")
+                elif int(version) < CAPABILITY[1]:
+                    findings.append(
+                        f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
+                    )
+
+    async with _guard(findings, role, "the grants (pg_catalog ACLs)"):
+        actual = {
+            (str(r["kind"]), str(r["object"]), r["col"], str(r["grantee"]), str(r["privilege"]))
+            for r in await conn.fetch(query("acl_entries"))
+        }
+        expected = expected_grants(database)
+        findings += [f"extra grant: {_grant_text(g)}" for g in sorted(actual - expected, key=str)]
+        findings += [f"missing grant: {_grant_text(g)}" for g in sorted(expected - actual, key=str)]
+
+    async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
+        for r in await conn.fetch(query("object_owners")):
+            findings.append(f"{r['object']} is owned by {r['owner']}, not qlsched_owner")
+
+    async with _guard(findings, role, "the role attributes (pg_roles)"):
+        seen: set[str] = set()
+        for r in await conn.fetch(query("role_attributes")):
+            name = str(r["role"])
+            seen.add(name)
+            for attr, label in (
+                ("rolsuper", "SUPERUSER"),
+                ("rolcreaterole", "CREATEROLE"),
+                ("rolcreatedb", "CREATEDB"),
+                ("rolreplication", "REPLICATION"),
+                ("rolbypassrls", "BYPASSRLS"),
+            ):
+                if r[attr]:
+                    findings.append(f"role {name} has {label}")
+            if bool(r["rolcanlogin"]) != (name in LOGIN_ROLES):
                 findings.append(
-                    f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
+                    f"role {name} should be {'LOGIN' if name in LOGIN_ROLES else 'NOLOGIN'}"
                 )
+        findings += [f"role {name} is missing" for name in ROLES if name not in seen]
 
-    actual = {
-        (str(r["kind"]), str(r["object"]), r["col"], str(r["grantee"]), str(r["privilege"]))
-        for r in await conn.fetch(query("acl_entries"))
-    }
-    expected = expected_grants(database)
-    findings += [f"extra grant: {_grant_text(g)}" for g in sorted(actual - expected, key=str)]
-    findings += [f"missing grant: {_grant_text(g)}" for g in sorted(expected - actual, key=str)]
+    async with _guard(findings, role, "the role memberships (pg_auth_members)"):
+        for r in await conn.fetch(query("role_memberships")):
+            findings.append(f"role {r['member']} is a member of {r['granted']}")
 
-    for r in await conn.fetch(query("object_owners")):
-        findings.append(f"{r['object']} is owned by {r['owner']}, not qlsched_owner")
+    async with _guard(findings, role, "the default privileges (pg_default_acl)"):
+        if not await conn.fetchval(query("default_function_acl")):
+            findings.append("default privileges do not revoke EXECUTE on functions from PUBLIC")
+    async with _guard(findings, role, "the qlsched functions (pg_proc)"):
+        for r in await conn.fetch(query("unpinned_definer_functions")):
+            findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
 
-    seen: set[str] = set()
-    for r in await conn.fetch(query("role_attributes")):
-        role = str(r["role"])
-        seen.add(role)
-        for attr, label in (
-            ("rolsuper", "SUPERUSER"),
-            ("rolcreaterole", "CREATEROLE"),
-            ("rolcreatedb", "CREATEDB"),
-            ("rolreplication", "REPLICATION"),
-            ("rolbypassrls", "BYPASSRLS"),
-        ):
-            if r[attr]:
-                findings.append(f"role {role} has {label}")
-        if bool(r["rolcanlogin"]) != (role in LOGIN_ROLES):
-            findings.append(
-                f"role {role} should be {'LOGIN' if role in LOGIN_ROLES else 'NOLOGIN'}"
-            )
-    findings += [f"role {role} is missing" for role in ROLES if role not in seen]
-    for r in await conn.fetch(query("role_memberships")):
-        findings.append(f"role {r['member']} is a member of {r['granted']}")
-
-    if not await conn.fetchval(query("default_function_acl")):
-        findings.append("default privileges do not revoke EXECUTE on functions from PUBLIC")
-    for r in await conn.fetch(query("unpinned_definer_functions")):
-        findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
-
-    settings: dict[str, str] = {}
-    for r in await conn.fetch(query("runtime_settings")):
-        name, _, value = str(r["setting"]).partition("=")
-        settings[name] = value
-    for name in ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout"):
-        raw = settings.get(name)
-        ms = setting_ms(raw) if raw is not None else None
-        if raw is None:
-            findings.append(f"qlsched_runtime has no {name} set")
-        elif ms is None or ms <= 0:
-            findings.append(f"qlsched_runtime {name}={raw} is not a positive duration")
-        elif ms >= lease_ms:
-            findings.append(f"qlsched_runtime {name}={raw} is not below the lease ({lease_ms} ms)")
+    async with _guard(findings, role, "the runtime role's settings (pg_db_role_setting)"):
+        settings: dict[str, str] = {}
+        for r in await conn.fetch(query("runtime_settings")):
+            name, _, value = str(r["setting"]).partition("=")
+            settings[name] = value
+        for name in ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout"):
+            raw = settings.get(name)
+            ms = setting_ms(raw) if raw is not None else None
+            if raw is None:
+                findings.append(f"qlsched_runtime has no {name} set")
+            elif ms is None or ms <= 0:
+                findings.append(f"qlsched_runtime {name}={raw} is not a positive duration")
+            elif ms >= lease_ms:
+                findings.append(
+                    f"qlsched_runtime {name}={raw} is not below the lease ({lease_ms} ms)"
+                )
 
     return Readiness(
         ready=not findings,

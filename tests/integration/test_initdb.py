@@ -13,6 +13,8 @@ import base64
 import hashlib
 import hmac
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +31,7 @@ from tests.integration.schema_support import (
     LOGIN_ROLES,
     MIGRATION,
     acl_snapshot,
+    clean_env,
     database_exists,
     dropped_afterwards,
     execute,
@@ -112,27 +115,39 @@ def test_init_db_twice_changes_nothing(pg_cluster: PgCluster) -> None:
         assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
 
 
-def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str]]:
-    """id -> (DSN, the one stderr line expected after ``qlsched init-db: ``)."""
+def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
+    """id -> (DSN, the one stderr line expected after ``qlsched init-db: ``, exit code):
+    2 for a DSN that is bad input, 1 for one that is well formed but does not work."""
+    not_a_uri = "the DSN is not valid: it must be a postgresql:// URI"
     return {
         "unreachable": (
             "postgresql://postgres:hunter2@127.0.0.1:1/postgres",
             "cannot connect to the server (is it running, and is the address right?)",
+            1,
         ),
         "not-superuser": (
             cluster.dsn("postgres", "qlsched_admin"),
             "init-db needs a superuser DSN (this role is not a superuser)",
+            1,
         ),
         "unknown-role": (
             cluster.dsn("postgres", "qlsched_nobody"),
             "the server refused this role (authentication or pg_hba)",
+            1,
         ),
         "no-such-database": (
             cluster.dsn(unique_name("qlmissing")),
             "the database does not exist",
+            1,
         ),
-        "not-a-uri": ("host=/nonexistent user=postgres hunter2", "the DSN is not valid"),
-        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", "the DSN is not valid"),
+        "not-a-uri": ("host=/nonexistent user=postgres hunter2", not_a_uri, 2),
+        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", not_a_uri, 2),
+        "empty": ("", "the DSN is empty", 2),
+        "port-out-of-range": (
+            "postgresql://postgres:hunter2@127.0.0.1:99999/postgres",
+            "the DSN is not valid: a port must be a number 1..65535",
+            2,
+        ),
     }
 
 
@@ -143,6 +158,8 @@ BAD_DSN_IDS = [
     "no-such-database",
     "not-a-uri",
     "wrong-scheme",
+    "empty",
+    "port-out-of-range",
 ]
 
 
@@ -151,12 +168,13 @@ def test_bad_superuser_dsn_fails_with_one_line_and_creates_nothing(
     pg_cluster: PgCluster, case: str
 ) -> None:
     """Rule: a DSN that cannot connect, is not a superuser's, or is not a postgresql:// URI
-    makes init-db exit non-zero with exactly one stderr line `qlsched init-db: CAUSE` (no
-    traceback, no DSN, no password echoed) and creates no database."""
-    dsn, cause = _bad_dsns(pg_cluster)[case]
+    (or is empty: never "use the embedded database") makes init-db exit 1 (2 for bad input)
+    with exactly one stderr line `qlsched init-db: CAUSE` (no traceback, no DSN, no password
+    echoed) and creates no database."""
+    dsn, cause, code = _bad_dsns(pg_cluster)[case]
     with dropped_afterwards(pg_cluster) as name:
         result = run_cli(["init-db", "--dsn", dsn, "--database", name])
-        assert result.returncode != 0
+        assert result.returncode == code, result.stderr
         assert "Traceback" not in result.stderr
         assert result.stderr == f"qlsched init-db: {cause}\n"
         assert "hunter2" not in result.stderr
@@ -164,21 +182,28 @@ def test_bad_superuser_dsn_fails_with_one_line_and_creates_nothing(
         assert not database_exists(pg_cluster, name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: dsn.has_password() calls urlsplit() unguarded; its ValueError escapes as a"
-    " traceback instead of a DsnError (exit 2, one line)",
-)
 def test_an_unparsable_uri_fails_with_one_line(pg_cluster: PgCluster) -> None:
     """Rule: a URI that urllib cannot even split (an unclosed IPv6 bracket) is bad input
-    like any other: one line on stderr, no traceback, nothing created."""
+    like any other: one line on stderr, exit 2, no traceback, nothing created."""
     with dropped_afterwards(pg_cluster) as name:
         result = run_cli(["init-db", "--dsn", "postgresql://[::1/postgres", "--database", name])
-        assert result.returncode != 0
+        assert result.returncode == 2
         assert "Traceback" not in result.stderr
         assert result.stderr.startswith("qlsched init-db: ")
         assert len(result.stderr.splitlines()) == 1
         assert not database_exists(pg_cluster, name)
+
+
+@pytest.mark.parametrize("name", ["", "x" * 64], ids=["empty", "64-bytes"])
+def test_a_bad_database_name_fails_with_one_line(pg_cluster: PgCluster, name: str) -> None:
+    """Rule: --database must be a name PostgreSQL keeps as given (1..63 bytes; a longer
+    one would be truncated, and the printed DSNs would name a database that is not there):
+    otherwise exit 2, one line, nothing created."""
+    result = run_cli(["init-db", "--dsn", pg_cluster.superuser_dsn, "--database", name])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"qlsched init-db: database name {name!r}: expected 1..63 bytes\n"
+    assert result.stdout == ""
+    assert not database_exists(pg_cluster, name[:63])
 
 
 def test_a_server_older_than_15_is_refused_before_anything_is_created(
@@ -366,3 +391,83 @@ def test_wrong_superuser_password(tcp_server: EmbeddedPostgres) -> None:
     assert not fetchval(
         tcp_server.dsn(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrent runs
+
+
+def _run_concurrently(argvs: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Start every ``python -m qlsched ARGV`` at once; wait for all of them."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "qlsched", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+        )
+        for argv in argvs
+    ]
+    results = []
+    for argv, proc in zip(argvs, procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        results.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+    return results
+
+
+def _assert_one_created(results: list[subprocess.CompletedProcess[str]], name: str) -> None:
+    for r in results:
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == ""
+    firsts = sorted(r.stdout.splitlines()[0] for r in results)
+    assert firsts == [f"database {name}: created"] + [f"database {name}: exists"] * (
+        len(results) - 1
+    )
+    migrations = sorted(r.stdout.splitlines()[1] for r in results)
+    assert migrations == [f"migration {MIGRATION}: already applied"] * (len(results) - 1) + [
+        f"migration {MIGRATION}: applied"
+    ]
+    assert len({tuple(sorted(role_lines(r.stdout).items())) for r in results}) == 1
+
+
+def test_concurrent_init_db_on_one_new_database(pg_cluster: PgCluster) -> None:
+    """Rule: init-db runs started at the same moment for one database that does not exist
+    yet all succeed: exactly one reports it created and the migration applied, the others
+    find both done; they print the same DSNs; the ledger holds one row; the schema is
+    ready (no 42P04 duplicate_database or 23505 on pg_database surfaces)."""
+    with dropped_afterwards(pg_cluster) as name:
+        args = ["init-db", "--dsn", pg_cluster.superuser_dsn, "--database", name]
+        results = _run_concurrently([args] * 4)
+        _assert_one_created(results, name)
+        assert [row[1] for row in ledger(pg_cluster.dsn(name))] == [MIGRATION]
+        assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
+
+
+def test_concurrent_init_db_on_a_fresh_server_creates_roles_once() -> None:
+    """Rule: on a server where no qlsched role exists yet, concurrent init-db runs (two for
+    one database, one for another) all succeed: the roles are created once (no 23505 on
+    pg_authid or 42710 duplicate_object surfaces) and both databases are ready."""
+    try:
+        server = start_embedded(bindir=os.environ.get("QLSCHED_TEST_PG_BINDIR") or None)
+    except EmbeddedError as exc:
+        if in_ci():
+            pytest.fail(f"no embedded PostgreSQL: {exc}")
+        pytest.skip(f"no embedded PostgreSQL: {exc}")
+    try:
+        assert (
+            fetchval(server.dsn(), "SELECT count(*) FROM pg_roles WHERE rolname ~ '^qlsched_'") == 0
+        )
+        a, b = unique_name("qlca"), unique_name("qlcb")
+        base = ["init-db", "--dsn", server.dsn(), "--database"]
+        results = _run_concurrently([[*base, a], [*base, a], [*base, b]])
+        _assert_one_created(results[:2], a)
+        assert results[2].returncode == 0, results[2].stderr
+        assert results[2].stdout.splitlines()[:2] == [
+            f"database {b}: created",
+            f"migration {MIGRATION}: applied",
+        ]
+        for name in (a, b):
+            assert readiness(server.dsn(name, "qlsched_runtime")).ready
+    finally:
+        server.cleanup()

@@ -12,6 +12,7 @@ memberships and role-wide settings are cluster-wide, so those tests restore them
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -353,3 +354,53 @@ def test_check_cli_json(pg_db: TestDatabase) -> None:
     doc = json.loads(bad.stdout)
     assert doc["ready"] is False
     assert doc["findings"] == findings
+
+
+def _cannot_read(what: str, role: str) -> str:
+    return (
+        f"cannot read {what}: permission denied to role {role} (SQLSTATE 42501); "
+        "check as the runtime, observer or a superuser"
+    )
+
+
+def test_a_role_that_may_not_read_the_ledger_gets_a_finding(pg_db: TestDatabase) -> None:
+    """Rule: readiness as a role refused a read (the admin role has no SELECT on the
+    ledger) is a finding naming what could not be read and the role, never a traceback;
+    the rest is still checked. `check` prints it as a "not ready" line and exits 1."""
+    what = "the migration ledger qlsched.schema_migrations"
+    report = readiness(pg_db.admin_dsn)
+    assert not report.ready
+    assert report.findings == [_cannot_read(what, "qlsched_admin")]
+    assert report.applied == []
+
+    result = run_cli(["check", "--dsn", pg_db.admin_dsn])
+    assert result.returncode == 1
+    assert result.stderr == ""
+    assert result.stdout == f"not ready: {_cannot_read(what, 'qlsched_admin')}\n"
+
+    as_json = run_cli(["check", "--json", "--dsn", pg_db.admin_dsn])
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["findings"] == [_cannot_read(what, "qlsched_admin")]
+
+
+def test_a_role_with_no_grant_on_the_schema_gets_a_finding(pg_db: TestDatabase) -> None:
+    """Rule: a role that may connect but holds nothing in schema qlsched (no USAGE) is
+    told it cannot read the schema (and, as an extra CONNECT grant, is itself a finding);
+    `check` exits 1 with one "not ready" line per finding and no traceback."""
+    role = f"qlt_plain_{os.getpid()}"
+    with role_changed(
+        pg_db.superuser_dsn,
+        f'CREATE ROLE "{role}" LOGIN; GRANT CONNECT ON DATABASE "{pg_db.name}" TO "{role}"',
+        f'REVOKE ALL ON DATABASE "{pg_db.name}" FROM "{role}"; DROP ROLE IF EXISTS "{role}"',
+    ):
+        dsn = pg_db.dsn(role)
+        expected = [
+            _cannot_read("schema qlsched", role),
+            f"extra grant: CONNECT on database {pg_db.name} to {role}",
+        ]
+        assert readiness(dsn).findings == expected
+        result = run_cli(["check", "--dsn", dsn])
+        assert result.returncode == 1
+        assert "Traceback" not in result.stderr
+        assert result.stderr == ""
+        assert result.stdout.splitlines() == [f"not ready: {f}" for f in expected]

@@ -5,6 +5,16 @@ SELECT pg_catalog.pg_advisory_lock(7262736368656475);
 -- name: migrate_unlock
 SELECT pg_catalog.pg_advisory_unlock(7262736368656475);
 
+-- name: init_lock
+-- Session advisory lock serialising init-db runs, taken on the maintenance database of the
+-- superuser DSN (advisory locks are per database) and held from CREATE DATABASE to the last
+-- password: the database, the cluster-wide roles and their passwords are made by one run at
+-- a time. A key other than migrate_lock's, as the maintenance database may be the target.
+SELECT pg_catalog.pg_advisory_lock(7262736368656476);
+
+-- name: init_unlock
+SELECT pg_catalog.pg_advisory_unlock(7262736368656476);
+
 -- name: bootstrap_settings
 -- Role settings the bootstrap applies to qlsched_runtime, as transaction-local GUCs:
 -- $1 idle_in_transaction_session_timeout ms, $2 lock_timeout ms, $3 statement_timeout ms.

@@ -1,3 +1,8 @@
+-- name: readiness_facts
+-- The server version, this database and the role readiness runs as (named in findings).
+SELECT pg_catalog.current_setting('server_version_num')::int AS version_num,
+       pg_catalog.current_database()::text AS database, CURRENT_USER::text AS role;
+
 -- name: acl_entries
 -- Every privilege granted on qlsched objects, the schema and this database, one row per
 -- (kind, object, column, grantee, privilege). NULL ACLs are expanded to their defaults with
