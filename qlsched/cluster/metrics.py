@@ -6,16 +6,23 @@ library's global registry. The coordinator feeds it once per round (``observe_ro
 one schedule-lag sample per admitted Run; the HTTP ``/metrics`` endpoint refreshes the due
 backlog gauge from the store at most once per scrape and renders the text exposition.
 
+The store's own counts (admit statements sent, serialization retries among them) are read
+from the store at each scrape (``AdmitCounts``): they are cumulative since the replica
+started and never reset, so their ratio is the SERIALIZABLE retry rate.
+
 Every label value is a closed code (an outcome tag, a fence part, a diagnostic code), never
 free text, so a scrape can carry no payload or driver message.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, get_args
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
 
 from qlsched.core.outcomes import FencePart
 
@@ -49,16 +56,53 @@ ROUND_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 LAG_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
 
 
+class AdmitCounts(Protocol):
+    """What the store counts itself (``PostgresStore`` has both, cumulative)."""
+
+    @property
+    def admit_statements(self) -> int:
+        """Admit statements sent (batches, row-by-row fallbacks, retries included)."""
+        ...
+
+    @property
+    def ssi_retries(self) -> int:
+        """Admit statements re-sent after a serialization failure or deadlock."""
+        ...
+
+
+class _AdmitCountsCollector(Collector):
+    """Reads the store's counts at scrape time, so they can never drift from the store."""
+
+    def __init__(self, source: AdmitCounts) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "qlsched_admit_statements",
+            "Admit statements sent to PostgreSQL (retries and row-by-row fallbacks included).",
+            value=self._source.admit_statements,
+        )
+        yield CounterMetricFamily(
+            "qlsched_admit_serialization_retries",
+            "Admit statements retried after a serialization failure or deadlock"
+            " (SQLSTATE 40001 or 40P01).",
+            value=self._source.ssi_retries,
+        )
+
+
 class Metrics:
     """The counters, histograms and gauge of one replica, and their text exposition.
 
     Ownership: the instance owns its registry; the composition root creates one per replica
-    and hands it to the coordinator (writer) and the HTTP app (reader).
+    and hands it to the coordinator (writer) and the HTTP app (reader). ``admit_counts``
+    (the store) is only read, at each scrape.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, admit_counts: AdmitCounts | None = None) -> None:
         self.registry: Final = CollectorRegistry(auto_describe=True)
         r = self.registry
+        if admit_counts is not None:
+            r.register(_AdmitCountsCollector(admit_counts))
         self.rounds: Final = Counter("qlsched_rounds", "Coordinator rounds completed.", registry=r)
         self.round_failures: Final = Counter(
             "qlsched_round_failures", "Rounds that ended in an exception.", registry=r

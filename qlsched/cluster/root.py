@@ -29,7 +29,7 @@ from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.pool import Connection, open_database
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
-from qlsched.postgres.store import PostgresStore
+from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 
 DRAIN_SLACK_S = 2.0
 """Beyond ``stop_timeout_ms``, how long the root waits for the lifecycle to return."""
@@ -107,10 +107,22 @@ async def open_cluster_control(
     sink = sink or DiagnosticSink(replica=config.owner)
     trace: list[str] = []
     pool_size = max(2, min(config.claim_budget, 8))
+    # Claims: READ COMMITTED, generic plans (the claim is re-planned on every call
+    # otherwise). Admits: SERIALIZABLE, index probes only (a sequential scan would be a
+    # relation-level SIRead lock). See CLAIM_SETTINGS and ADMIT_SETTINGS.
     async with (
-        open_database(config.dsn, max_size=pool_size, application_name="qlsched-claim") as claim_db,
         open_database(
-            config.dsn, isolation="serializable", max_size=2, application_name="qlsched-admit"
+            config.dsn,
+            max_size=pool_size,
+            application_name="qlsched-claim",
+            settings=CLAIM_SETTINGS,
+        ) as claim_db,
+        open_database(
+            config.dsn,
+            isolation="serializable",
+            max_size=2,
+            application_name="qlsched-admit",
+            settings=ADMIT_SETTINGS,
         ) as admit_db,
     ):
         trace.append("pools_opened")
@@ -129,7 +141,7 @@ async def open_cluster_control(
         trace.append("recovered")
 
         store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
-        metrics = Metrics()
+        metrics = Metrics(admit_counts=store)
         coordinator = Coordinator(store, config, sink, metrics)
         lifecycle = Lifecycle(coordinator, config)
         control = ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)

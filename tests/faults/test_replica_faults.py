@@ -560,12 +560,6 @@ async def test_stuck_idle_in_transaction_session_is_cut_by_the_role_timeout(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="qlsched/postgres/store.py retries a whole batch on 55P03 (lock_not_available):"
-    " one row locked by another session makes every row of the batch RetryExhausted and"
-    " leaves all their claims to expire (DESIGN §5: one bad row never blocks the others)",
-)
 async def test_one_locked_schedule_row_does_not_hold_back_its_batch(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:

@@ -13,6 +13,12 @@
 -- gets the schedule advanced under a WHERE repeating the whole fence, and only rows that
 -- advanced get their queued Run, pristine claimed Attempt and the two events: per row all
 -- or nothing. A constraint error aborts the statement (the caller then admits row by row).
+-- A batch of more than one row never waits for a schedule row: one that another session
+-- holds (or that is gone) is left untouched with failure `locked`, and the caller admits it
+-- again alone; a batch of one waits for its row (at most the role's lock_timeout).
+-- Every table is reached by key (index probes, no scans): under SERIALIZABLE a sequential
+-- scan takes a relation-level SIRead lock that conflicts with every other admit; the admit
+-- pool also runs with `enable_seqscan = off` so that small, analysed tables keep the probes.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -30,26 +36,14 @@ input AS MATERIALIZED (
                 scheduled_for_ms, next_ms, coalesced, run_id, attempt_id, idempotency_key,
                 ord)
 ),
-locked AS MATERIALIZED (
-    SELECT s.project_id, s.trigger_id, s.trigger_revision, s.claim_owner, s.claim_token,
-           s.claim_version, s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
-      FROM qlsched.trigger_schedules AS s
-     WHERE (s.project_id, s.trigger_id) IN (SELECT i.project_id, i.trigger_id FROM input AS i)
-     ORDER BY s.project_id, s.trigger_id
-       FOR UPDATE OF s
-),
-checked AS MATERIALIZED (
-    SELECT i.*, t.task_id,
+-- The checks that need no schedule row (project active; trigger revision, digest, pins and
+-- enabled; task revision; the pinned execution revision's digest and executor; the task
+-- digest), all done before any schedule row is touched: under SERIALIZABLE, the shorter the
+-- time between reading a schedule row and writing it, the less often two replicas' admits
+-- of neighbouring rows (one index page) overlap there and one of them has to retry.
+specs AS MATERIALIZED (
+    SELECT i.ord, t.task_id,
            CASE
-             WHEN l.project_id IS NULL THEN 'fence_lost:missing'
-             WHEN l.trigger_revision <> i.trigger_revision THEN 'revision_changed:trigger'
-             WHEN l.claim_owner IS DISTINCT FROM $1 THEN 'fence_lost:owner'
-             WHEN l.claim_token IS DISTINCT FROM i.claim_token THEN 'fence_lost:token'
-             WHEN l.claim_version <> i.claim_version THEN 'fence_lost:version'
-             WHEN l.claim_expires_at_ms <= (SELECT ms FROM now) THEN 'fence_lost:expiry'
-             WHEN l.state_version <> i.state_version THEN 'fence_lost:state'
-             WHEN l.next_fire_at_ms IS DISTINCT FROM i.scheduled_for_ms
-               THEN 'revision_changed:cursor'
              WHEN p.state IS NULL THEN 'inactive:project_missing'
              WHEN p.state <> 'active' THEN 'inactive:project_archived'
              WHEN t.revision IS DISTINCT FROM i.trigger_revision
@@ -71,14 +65,71 @@ checked AS MATERIALIZED (
              WHEN k.content_digest <> e.digest THEN 'digest_invalid:task'
            END AS failure
       FROM input AS i
-      LEFT JOIN locked AS l
-        ON l.project_id = i.project_id AND l.trigger_id = i.trigger_id
       LEFT JOIN qlsched.projects AS p ON p.project_id = i.project_id
       LEFT JOIN qlsched.triggers AS t
         ON t.project_id = i.project_id AND t.trigger_id = i.trigger_id
       LEFT JOIN qlsched.tasks AS k ON k.project_id = t.project_id AND k.task_id = t.task_id
       LEFT JOIN qlsched.execution_revisions AS e
         ON e.execution_revision_id = i.execution_revision_id
+),
+-- Each schedule row by one primary-key probe, in key order (two admits never lock in
+-- opposite orders). A lateral subquery with its own FOR UPDATE is never flattened into a
+-- hash join over the whole table (the old `IN (SELECT ...)` form was, on small or
+-- unanalysed tables); on a small analysed table the per-row lookup itself may still be
+-- planned as a scan, which `enable_seqscan = off` on the admit pool rules out. A batch of
+-- more than one row never waits for a row lock (SKIP LOCKED: a row another session holds is
+-- left out, failure `locked`, instead of holding back the rest); a batch of one waits, at
+-- most the runtime role's lock_timeout (there is nothing else to hold back). Only one of the
+-- two arms runs (the other's one-time filter is false). Driven by `specs`, so those checks
+-- are complete before the first row is locked.
+ordered AS MATERIALIZED (
+    SELECT i.project_id, i.trigger_id
+      FROM specs AS sp JOIN input AS i ON i.ord = sp.ord
+     ORDER BY i.project_id, i.trigger_id
+),
+locked AS MATERIALIZED (
+    SELECT l.*
+      FROM ordered AS i
+     CROSS JOIN LATERAL (
+            SELECT s.project_id, s.trigger_id, s.trigger_revision, s.claim_owner,
+                   s.claim_token, s.claim_version, s.claim_expires_at_ms, s.state_version,
+                   s.next_fire_at_ms
+              FROM qlsched.trigger_schedules AS s
+             WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
+               AND pg_catalog.cardinality($2::text[]) > 1
+               FOR UPDATE OF s SKIP LOCKED) AS l
+    UNION ALL
+    SELECT l.*
+      FROM ordered AS i
+     CROSS JOIN LATERAL (
+            SELECT s.project_id, s.trigger_id, s.trigger_revision, s.claim_owner,
+                   s.claim_token, s.claim_version, s.claim_expires_at_ms, s.state_version,
+                   s.next_fire_at_ms
+              FROM qlsched.trigger_schedules AS s
+             WHERE s.project_id = i.project_id AND s.trigger_id = i.trigger_id
+               AND pg_catalog.cardinality($2::text[]) <= 1
+               FOR UPDATE OF s) AS l
+),
+checked AS MATERIALIZED (
+    SELECT i.*, sp.task_id,
+           CASE
+             WHEN l.project_id IS NULL THEN
+               CASE WHEN pg_catalog.cardinality($2::text[]) > 1 THEN 'locked'
+                    ELSE 'fence_lost:missing' END
+             WHEN l.trigger_revision <> i.trigger_revision THEN 'revision_changed:trigger'
+             WHEN l.claim_owner IS DISTINCT FROM $1 THEN 'fence_lost:owner'
+             WHEN l.claim_token IS DISTINCT FROM i.claim_token THEN 'fence_lost:token'
+             WHEN l.claim_version <> i.claim_version THEN 'fence_lost:version'
+             WHEN l.claim_expires_at_ms <= (SELECT ms FROM now) THEN 'fence_lost:expiry'
+             WHEN l.state_version <> i.state_version THEN 'fence_lost:state'
+             WHEN l.next_fire_at_ms IS DISTINCT FROM i.scheduled_for_ms
+               THEN 'revision_changed:cursor'
+             ELSE sp.failure
+           END AS failure
+      FROM input AS i
+      JOIN specs AS sp ON sp.ord = i.ord
+      LEFT JOIN locked AS l
+        ON l.project_id = i.project_id AND l.trigger_id = i.trigger_id
 ),
 advanced AS (
     UPDATE qlsched.trigger_schedules AS s
