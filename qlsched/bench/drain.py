@@ -79,7 +79,7 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
     await session.call(load)
     replicas = await session.start_replicas(o.replicas)
     await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
-    before = await session.rollbacks()
+    before = await session.admit_counts(replicas)
     now = await session.db_now_ms()
     at = next_after(parse_cron(cron), now + TICK_LEAD_MS) if same_tick else last_new_year_ms(now)
 
@@ -110,8 +110,9 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
             await trio.sleep(POLL_S)
     if admitted < n:
         session.note(f"{label}: timed out after {timeout_s:.0f} s with {admitted:,} of {n:,}")
+    after = await session.admit_counts(replicas)
+    retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
-    retries, statements = await session.admit_counts(before)
 
     async def window(conn: Connection) -> RunsWindow:
         return await bench_data.runs_window(conn, at, at)

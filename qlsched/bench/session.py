@@ -20,7 +20,7 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from qlsched.bench.replicas import Fleet, Replica, ReplicaSettings, stop, wait_started
+from qlsched.bench.replicas import Fleet, Replica, ReplicaSettings, metrics, stop, wait_started
 from qlsched.postgres import bench_data
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.verify import VerifyReport, verify_exactly_once
@@ -28,6 +28,8 @@ from qlsched.postgres.verify import VerifyReport, verify_exactly_once
 T = TypeVar("T")
 
 RUNTIME_ROLE = "qlsched_runtime"
+ADMIT_STATEMENTS_METRIC = "qlsched_admit_statements_total"
+ADMIT_RETRIES_METRIC = "qlsched_admit_serialization_retries_total"
 SESSIONS_GONE_TIMEOUT_S = 15.0
 
 
@@ -135,21 +137,17 @@ class BenchSession:
     async def db_now_ms(self) -> int:
         return await self.call(bench_data.now_ms)
 
-    async def rollbacks(self) -> int:
-        return await self.call(bench_data.rollbacks)
-
-    async def admit_counts(self, rollbacks_before: int) -> tuple[int, int]:
-        """(retries, admit statements) since ``rollbacks_before``, once the replicas are gone.
-
-        Read from the database, not the replicas (``/metrics`` does not export the store's
-        retry count): in a phase only the replicas' admits roll back (claims, settles and
-        reads commit), so the rolled-back transactions are the retried admit statements, and
-        the distinct inserting transactions of the Runs are the admit statements that
-        committed. An admit that committed no Run at all (every row refused) is not counted.
-        """
-        retries = await self.rollbacks() - rollbacks_before
-        committed = await self.call(bench_data.admit_transactions)
-        return retries, committed + retries
+    async def admit_counts(self, replicas: list[Replica]) -> tuple[int, int]:
+        """(serialization retries, admit statements) the replicas' stores have counted so
+        far, summed over their ``/metrics`` (``qlsched_admit_serialization_retries_total``,
+        ``qlsched_admit_statements_total``, cumulative per process). Read while they run; a
+        phase takes the difference of a read before and a read after it."""
+        retries = statements = 0
+        for r in replicas:
+            samples = await metrics(r)
+            retries += int(samples.get(ADMIT_RETRIES_METRIC, 0))
+            statements += int(samples.get(ADMIT_STATEMENTS_METRIC, 0))
+        return retries, statements
 
     async def verify(self, first_cursors: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
         """(duplicates, lost, malformed) by ``verify_exactly_once`` over the whole database."""

@@ -59,7 +59,7 @@ async def steady(session: BenchSession) -> SteadyResult:
     await session.call(load)
     replicas = await session.start_replicas(o.replicas)
     await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
-    before = await session.rollbacks()
+    before = await session.admit_counts(replicas)
     start = await session.db_now_ms() + LEAD_MS
     cursors = [next_after(parse_cron(c), start - 1) for c in expressions]
 
@@ -83,8 +83,9 @@ async def steady(session: BenchSession) -> SteadyResult:
         check_alive(replicas)
         if trio.current_time() < finish:
             session.note(f"steady: {await session.call(count):,} admitted so far")
+    after = await session.admit_counts(replicas)
+    retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
-    retries, statements = await session.admit_counts(before)
 
     async def window(conn: Connection) -> RunsWindow:
         return await bench_data.runs_window(conn, start, end - 1)
