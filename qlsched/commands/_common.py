@@ -18,14 +18,11 @@ from qlsched.core.config import ConfigError
 from qlsched.core.specs import SpecError
 from qlsched.embedded import EmbeddedError, EmbeddedPostgres, open_embedded
 from qlsched.postgres.dsn import DsnError
-from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady, describe_connect_error
+from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady
 from qlsched.postgres.migrate import MigrationError
 
 BAD_INPUT = (ConfigError, SpecError, DsnError)
 FAILED = (DatabaseUnavailable, SchemaNotReady, MigrationError, EmbeddedError)
-# What a connect says when the driver itself rejected the DSN (asyncpg raises ValueError):
-# bad input, exit 2, though it surfaces as DatabaseUnavailable.
-DRIVER_REJECTED_DSN = describe_connect_error(ValueError())
 
 
 def fail(command: str, message: str, code: int = 1) -> int:
@@ -40,8 +37,7 @@ def run_command(command: str, fn: Callable[[], Awaitable[int]]) -> int:
     except BAD_INPUT as exc:
         return fail(command, str(exc), 2)
     except FAILED as exc:
-        bad_dsn = isinstance(exc, DatabaseUnavailable) and str(exc) == DRIVER_REJECTED_DSN
-        return fail(command, str(exc), 2 if bad_dsn else 1)
+        return fail(command, str(exc), 1)
 
 
 def default_data_dir() -> Path:

@@ -22,6 +22,7 @@ import asyncpg
 import trio
 import trio_asyncio
 
+from qlsched.postgres.dsn import DsnError, check_dsn
 from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error
 
 T = TypeVar("T")
@@ -129,9 +130,11 @@ async def open_database(
     """Open a pool whose connections default to ``isolation``; close it on exit.
 
     Raises:
+        DsnError: the DSN is malformed (checked before connecting).
         DatabaseUnavailable: the first connection failed; the message names the class of
             problem (never the DSN, password or driver text).
     """
+    check_dsn(dsn)
     server_settings = {
         "application_name": application_name,
         "default_transaction_isolation": isolation,
@@ -142,12 +145,14 @@ async def open_database(
             pool = await trio_asyncio.aio_as_trio(_create_pool, loop=loop)(
                 dsn, min_size, max_size, server_settings, connect_timeout
             )
+        except ValueError:
+            # The driver's own DSN parser refused it: bad input, not an unavailable server.
+            raise DsnError("the DSN is not valid") from None
         except (
             OSError,
             asyncpg.PostgresError,
             asyncpg.InterfaceError,
             TimeoutError,
-            ValueError,
         ) as exc:
             raise DatabaseUnavailable(describe_connect_error(exc)) from None
         try:
@@ -162,17 +167,25 @@ async def open_database(
 async def connect_once(
     dsn: str, fn: Callable[[Connection], Awaitable[T]], *, connect_timeout: float = 10.0
 ) -> T:
-    """Open one connection, run ``fn``, close it: for CLI tools (init-db, check, publish)."""
+    """Open one connection, run ``fn``, close it: for CLI tools (init-db, check, publish).
+
+    Raises:
+        DsnError: the DSN is malformed (checked before connecting).
+        DatabaseUnavailable: the connection failed.
+    """
+    check_dsn(dsn)
 
     async def call() -> T:
         try:
             conn = await asyncpg.connect(dsn, timeout=connect_timeout)
+        except ValueError:
+            # The driver's own DSN parser refused it: bad input, not an unavailable server.
+            raise DsnError("the DSN is not valid") from None
         except (
             OSError,
             asyncpg.PostgresError,
             asyncpg.InterfaceError,
             TimeoutError,
-            ValueError,
         ) as exc:
             raise DatabaseUnavailable(describe_connect_error(exc)) from None
         try:

@@ -89,11 +89,6 @@ def test_a_bad_port_is_bad_input(command: str, case: str) -> None:
     assert_bad_input(command, [*COMMANDS[command], "--dsn", BAD_PORTS[case]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: migrate/publish/status/run connect without dsn.check_dsn (pool.connect_once"
-    " and open_database do not call it), so the connect fails: exit 1, cannot connect",
-)
 @pytest.mark.parametrize("case", list(BAD_PORTS))
 @pytest.mark.parametrize("command", ["migrate", "publish", "status", "run"])
 def test_a_bad_port_is_bad_input_everywhere(command: str, case: str) -> None:
