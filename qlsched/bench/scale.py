@@ -25,6 +25,7 @@ from qlsched.bench.session import BenchSession
 from qlsched.postgres import bench_data
 from qlsched.postgres.bench_data import ClaimPlan, RowState
 from qlsched.postgres.pool import Connection, open_database
+from qlsched.postgres.store import CLAIM_SETTINGS
 
 STATES: dict[str, RowState] = {
     "none_due": RowState(),
@@ -84,7 +85,10 @@ async def _latencies(session: BenchSession, rows: int) -> dict[str, ClaimLatency
         return timings[0], timings[1], plan
 
     async with open_database(
-        session.runtime_dsn, max_size=1, application_name="qlsched-bench-claim"
+        session.runtime_dsn,
+        max_size=1,
+        application_name="qlsched-bench-claim",
+        settings=CLAIM_SETTINGS,  # what a replica's claim pool runs with
     ) as runtime:
         for name, state in STATES.items():
             await _load_state(session, rows, state)
