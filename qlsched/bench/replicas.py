@@ -6,27 +6,25 @@ runtime DSN in the environment (never argv, which any local user can read). A re
 ready when it prints its started line (readiness, recovery and the lifecycle passed, HTTP
 bound; the line names the address).
 
-Ownership: a ``Fleet`` owns every process it spawns: they are tracked by pid, signalled only
-while not yet reaped, and SIGKILLed and reaped when the ``with`` block is left, however it is
-left. A guardian process SIGKILLs them should the bench itself die (SIGKILL included), each
-only while it is still the very process started (same start time in ``/proc``).
+Ownership: a ``Fleet`` owns every process it spawns (``qlsched.fleet``): they are tracked by
+pid, signalled only while not yet reaped, and SIGKILLed and reaped when the ``with`` block is
+left, however it is left. A guardian process SIGKILLs them should the bench itself die
+(SIGKILL included), each only while it is still the very process started (same start time in
+``/proc``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import subprocess
-import sys
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import msgspec
 import trio
+
+from qlsched import fleet
+from qlsched.fleet import wait_exit
 
 START_TIMEOUT_S = 60.0
 STOP_SLACK_S = 5.0
@@ -34,32 +32,6 @@ STOP_SLACK_S = 5.0
 HTTP_TIMEOUT_S = 5.0
 _STARTED = re.compile(r"replica (\S+) started(?: (http://\S+))?")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-# Run by ``sys.executable -I -c`` with the read end of a pipe: reads "pid starttime" lines
-# until EOF. EOF after "done" is the bench's clean exit (every replica reaped). EOF without
-# it means the bench died: SIGKILL each pid still the process it started.
-_GUARDIAN = """\
-import os, signal, sys
-fd, pids, pending, done = int(sys.argv[1]), {}, b"", False
-while chunk := os.read(fd, 4096):
-    pending += chunk
-    *lines, pending = pending.split(b"\\n")
-    for line in lines:
-        if line == b"done":
-            done = True
-        elif line:
-            pid, ticks = line.split()
-            pids[int(pid)] = ticks
-if not done:
-    for pid, ticks in pids.items():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                raw = stat.read()
-            if raw[raw.rindex(b")") + 2 :].split()[19] == ticks:
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
-"""
 
 
 class ReplicaFailed(RuntimeError):
@@ -75,25 +47,8 @@ class ReplicaSettings(msgspec.Struct, frozen=True, kw_only=True):
     stop_timeout_ms: int
 
 
-@dataclass
-class Replica:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    diagnostics: Path
-    http: str | None = None
-    """``http://127.0.0.1:PORT`` once started."""
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, signum: signal.Signals) -> None:
-        if self.alive():  # never signal a pid already reaped
-            self.proc.send_signal(signum)
+class Replica(fleet.Replica):
+    """A bench replica: also its memory, read from ``/proc``."""
 
     def rss_kib(self) -> int | None:
         """``VmRSS`` of the process (KiB), None once it is gone."""
@@ -102,28 +57,6 @@ class Replica:
     def peak_kib(self) -> int | None:
         """``VmHWM`` (peak RSS) of the process (KiB), None once it is gone."""
         return _status_kib(self.pid, "VmHWM")
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def diagnostic_codes(self) -> dict[str, int]:
-        """Diagnostic codes the replica wrote (JSON lines), counted."""
-        counts: dict[str, int] = {}
-        try:
-            lines = self.diagnostics.read_bytes().splitlines()
-        except OSError:
-            return counts
-        for line in lines:
-            try:
-                code = str(msgspec.json.decode(line).get("code", "?"))
-            except (msgspec.DecodeError, AttributeError):
-                code = "?"
-            counts[code] = counts.get(code, 0) + 1
-        return counts
 
 
 def _status_kib(pid: int, field: str) -> int | None:
@@ -137,80 +70,25 @@ def _status_kib(pid: int, field: str) -> int | None:
     return None
 
 
-def _start_ticks(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].split()[19].decode()
-
-
 class Fleet:
-    """The replica processes of one bench run and their guardian (see the module doc)."""
+    """The replica processes of one bench run (``qlsched.fleet.Fleet``, guardian included),
+    named ``bench-1``, ``bench-2``, ... over the whole run, each with the bench's flags."""
 
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.replicas: list[Replica] = []
+        self._fleet = fleet.Fleet(workdir, Replica)
         self._spawned = 0
-        self._guardian: subprocess.Popen[bytes] | None = None
-        self._guardian_fd: int | None = None
 
     def __enter__(self) -> Fleet:
-        read_fd, write_fd = os.pipe()  # non-inheritable: only the guardian gets read_fd
-        try:
-            self._guardian = subprocess.Popen(
-                [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd)],
-                pass_fds=(read_fd,),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._guardian_fd = write_fd
+        self._fleet.__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.kill_all()
-        for replica in self.replicas:
-            replica.proc.wait()
-        if self._guardian_fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, b"done\n")
-            os.close(self._guardian_fd)
-            self._guardian_fd = None
-        if self._guardian is not None:
-            try:
-                self._guardian.wait(10)
-            except subprocess.TimeoutExpired:
-                self._guardian.kill()
-                self._guardian.wait()
+    def __exit__(self, *exc: object) -> None:
+        self._fleet.__exit__(*exc)
 
     def spawn(self, runtime_dsn: str, settings: ReplicaSettings) -> Replica:
         """Start one ``qlsched run`` process (not yet ready: see ``wait_started``)."""
         self._spawned += 1
-        name = f"bench-{self._spawned}"
-        log = self.workdir / f"{name}.log"
-        diagnostics = self.workdir / f"{name}.diagnostics.jsonl"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QLSCHED_")}
-        env["QLSCHED_DSN"] = runtime_dsn
-        argv = [
-            sys.executable,
-            "-m",
-            "qlsched",
-            "run",
-            "--owner",
-            name,
+        flags = [
             "--claim-budget",
             str(settings.claim_budget),
             "--lease-ms",
@@ -219,33 +97,8 @@ class Fleet:
             str(settings.cadence_ms),
             "--stop-timeout-ms",
             str(settings.stop_timeout_ms),
-            "--http",
-            "127.0.0.1:0",
-            "--diagnostics",
-            str(diagnostics),
         ]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                # Its own session: a terminal's Ctrl-C reaches only the bench, which then
-                # ends every replica itself, by pid.
-                start_new_session=True,
-            )
-        replica = Replica(name=name, proc=proc, log=log, diagnostics=diagnostics)
-        self.replicas.append(replica)
-        ticks = _start_ticks(proc.pid)
-        if self._guardian_fd is not None and ticks is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, f"{proc.pid} {ticks}\n".encode())
-        return replica
-
-    def kill_all(self) -> None:
-        for replica in self.replicas:
-            replica.signal(signal.SIGKILL)
+        return self._fleet.spawn(f"bench-{self._spawned}", runtime_dsn, flags)
 
 
 async def wait_started(replicas: list[Replica]) -> None:
@@ -296,27 +149,18 @@ async def stop(replicas: list[Replica], settings: ReplicaSettings) -> list[str]:
     problems: list[str] = []
 
     async def one(r: Replica) -> None:
-        if await _wait_exit(r, budget):
+        if await wait_exit(r, budget):
             if r.proc.returncode != 0:
                 problems.append(f"{r.name} exited with code {r.proc.returncode} on SIGTERM")
             return
         r.signal(signal.SIGKILL)
-        await _wait_exit(r, 10)
+        await wait_exit(r, 10)
         problems.append(f"{r.name} did not stop within {budget:.0f} s of SIGTERM: SIGKILLed")
 
     async with trio.open_nursery() as nursery:
         for r in replicas:
             nursery.start_soon(one, r)
     return problems
-
-
-async def _wait_exit(replica: Replica, timeout_s: float) -> bool:
-    with trio.move_on_after(timeout_s):
-        # Popen has no async wait; the fleet must also reap from plain code after trio.run.
-        while replica.proc.poll() is None:  # noqa: ASYNC110
-            await trio.sleep(0.02)
-        return True
-    return False
 
 
 async def metrics(replica: Replica) -> dict[str, float]:

@@ -19,9 +19,10 @@ What it does, in order:
    the database. Exit 0 only if it holds (0 duplicates, 0 lost, every Run well-formed).
 
 Ownership: every process the demo starts is its own, tracked by pid and reaped before it
-returns; a guardian process (``_GUARDIAN``) SIGKILLs the replicas should the demo itself be
-killed. SIGINT/SIGTERM kill the replicas at once, drop the ``--dsn`` database, stop the
-embedded server (its context manager) and exit 130/143. Nothing is left behind.
+returns; a guardian process (``qlsched.fleet``) SIGKILLs the replicas and removes their
+directory should the demo itself be killed. SIGINT/SIGTERM kill the replicas at once, drop
+the ``--dsn`` database, stop the embedded server (its context manager) and exit 130/143.
+Nothing is left behind.
 
 What the database decides: lag, lease expiry and takeovers are judged by the database
 clock in the rows the monitor reads, never this process's clock.
@@ -30,13 +31,10 @@ clock in the rows the monitor reads, never this process's clock.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import os
 import random
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -53,6 +51,7 @@ import trio
 from qlsched.commands._common import BAD_INPUT, FAILED, fail
 from qlsched.core.specs import PublishFile, decode_publish_file
 from qlsched.embedded import open_embedded
+from qlsched.fleet import Fleet, Replica, wait_exit
 from qlsched.postgres.dsn import redact
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.initdb import init_db
@@ -108,37 +107,6 @@ FENCE = (
     "never write again."
 )
 
-# Run by ``sys.executable -I -c`` with the read end of a pipe and the demo's directory:
-# reads "pid starttime" lines until EOF. EOF after a "done" line is the demo's clean exit
-# (every replica reaped, the directory about to be removed): nothing to do. EOF without it
-# means the demo died (SIGKILL included): SIGKILL each pid that is still the process we
-# started (same start time in /proc, so a recycled pid is never hit) and remove the
-# directory. The embedded server has its own guardian (qlsched.embedded).
-_GUARDIAN = """\
-import os, shutil, signal, sys
-fd, workdir, pids, pending, done = int(sys.argv[1]), sys.argv[2], {}, b"", False
-while chunk := os.read(fd, 4096):
-    pending += chunk
-    *lines, pending = pending.split(b"\\n")
-    for line in lines:
-        if line == b"done":
-            done = True
-            continue
-        pid, ticks = line.split()
-        pids[int(pid)] = ticks
-if not done:
-    for pid, ticks in pids.items():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                raw = stat.read()
-            if raw[raw.rindex(b")") + 2 :].split()[19] == ticks:
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
-    shutil.rmtree(workdir, ignore_errors=True)
-"""
-
-
 # ---------------------------------------------------------------------------------------------
 # Plan and inputs
 
@@ -177,132 +145,36 @@ def triggers_source() -> tuple[str, bytes]:
 
 
 @dataclass
-class Replica:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    diagnostics: Path
-    http: str | None = None
+class DemoReplica(Replica):
+    """A replica and what the demo did to it."""
+
     killed_at_s: float | None = None
     """Seconds into the window when the demo SIGKILLed it (the crash)."""
     stop: str = ""
     """How it ended: 'stopped in order', 'SIGKILL after the stop deadline', ..."""
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, signum: signal.Signals) -> None:
-        if self.alive():  # never signal a pid we have already reaped
-            self.proc.send_signal(signum)
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-class Fleet:
-    """The replica processes, a guardian for them, and the sync safety net: leaving the
-    ``with`` SIGKILLs and reaps whatever is still alive."""
+class DemoFleet(Fleet[DemoReplica]):
+    """The replica processes (``qlsched.fleet``), a guardian for them (which also removes the
+    work directory should the demo die), and the sync safety net: leaving the ``with``
+    SIGKILLs and reaps whatever is still alive."""
 
     def __init__(self, plan: Plan, workdir: Path) -> None:
+        super().__init__(workdir, DemoReplica, guardian_removes_workdir=True)
         self.plan = plan
-        self.workdir = workdir
-        self.replicas: list[Replica] = []
-        self._guardian: subprocess.Popen[bytes] | None = None
-        self._guardian_fd: int | None = None
 
-    def __enter__(self) -> Fleet:
-        read_fd, write_fd = os.pipe()  # non-inheritable; only the guardian gets read_fd
-        try:
-            self._guardian = subprocess.Popen(
-                [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd), str(self.workdir)],
-                pass_fds=(read_fd,),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,  # a terminal's Ctrl-C is the demo's to handle
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._guardian_fd = write_fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill_all()
-        for replica in self.replicas:
-            replica.proc.wait()
-        if self._guardian_fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, b"done\n")
-            os.close(self._guardian_fd)
-            self._guardian_fd = None
-        if self._guardian is not None:
-            try:
-                self._guardian.wait(10)
-            except subprocess.TimeoutExpired:
-                self._guardian.kill()
-                self._guardian.wait()
-
-    def spawn(self, name: str, runtime_dsn: str) -> Replica:
+    def start(self, name: str, runtime_dsn: str) -> DemoReplica:
         plan = self.plan
-        cadence_ms = plan.cadence_of(len(self.replicas))
-        log = self.workdir / f"{name}.log"
-        diagnostics = self.workdir / f"{name}.diagnostics.jsonl"
-        # The DSN goes through the environment, not argv, which any local user can read.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QLSCHED_")}
-        env["QLSCHED_DSN"] = runtime_dsn
-        env["QLSCHED_IDLE_IN_TRANSACTION_TIMEOUT_MS"] = str(plan.timeouts.idle_in_transaction_ms)
-        argv = [
-            sys.executable,
-            "-m",
-            "qlsched",
-            "run",
-            "--owner",
-            name,
+        flags = [
             "--lease-ms",
             str(plan.lease_ms),
             "--cadence-ms",
-            str(cadence_ms),
+            str(plan.cadence_of(len(self.replicas))),
             "--stop-timeout-ms",
             str(plan.stop_timeout_ms),
-            "--http",
-            "127.0.0.1:0",
-            "--diagnostics",
-            str(diagnostics),
         ]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                # Its own session: a terminal's Ctrl-C reaches only the demo, which then
-                # ends every replica itself, by pid.
-                start_new_session=True,
-            )
-        replica = Replica(name=name, proc=proc, log=log, diagnostics=diagnostics)
-        self.replicas.append(replica)
-        self._announce(proc.pid)
-        return replica
-
-    def _announce(self, pid: int) -> None:
-        ticks = _start_ticks(pid)
-        if self._guardian_fd is not None and ticks is not None:
-            # A guardian that is gone only loses the SIGKILL-of-the-demo case: we still reap.
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, f"{pid} {ticks}\n".encode())
+        env = {"QLSCHED_IDLE_IN_TRANSACTION_TIMEOUT_MS": str(plan.timeouts.idle_in_transaction_ms)}
+        return self.spawn(name, runtime_dsn, flags, env)
 
     def kill_all(self) -> None:
         for replica in self.replicas:
@@ -310,30 +182,8 @@ class Fleet:
                 replica.signal(signal.SIGKILL)
                 replica.stop = replica.stop or "SIGKILL (demo interrupted)"
 
-    def alive(self) -> list[Replica]:
-        return [r for r in self.replicas if r.alive()]
 
-
-def _start_ticks(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].split()[19].decode()
-
-
-async def _wait_exit(replica: Replica, timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for the process to exit (and reap it); True if it did."""
-    with trio.move_on_after(timeout_s):
-        # Popen has no async wait (trio.Process has, but the fleet must also be reaped by
-        # plain code after trio.run); polling a pid every 20 ms costs nothing.
-        while replica.proc.poll() is None:  # noqa: ASYNC110
-            await trio.sleep(0.02)
-        return True
-    return False
-
-
-async def _wait_started(replicas: list[Replica]) -> None:
+async def _wait_started(replicas: list[DemoReplica]) -> None:
     """Until every replica printed its started line (readiness passed, HTTP bound)."""
     pending = {r.name: r for r in replicas}
     with trio.fail_after(START_TIMEOUT_S):
@@ -427,14 +277,14 @@ class Window:
     """What the monitor has seen so far (shared by the monitor and the killer tasks)."""
 
     plan: Plan
-    fleet: Fleet
+    fleet: DemoFleet
     screen: Screen
     db: Database
     start: float = 0.0
     states: list[ScheduleState] = field(default_factory=list)
     first_cursors: dict[TriggerRef, int] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
-    victim: Replica | None = None
+    victim: DemoReplica | None = None
     held: dict[TriggerRef, Held] = field(default_factory=dict)
 
     def elapsed(self) -> float:
@@ -534,7 +384,7 @@ async def _kill_one(w: Window, at: float, give_up: float) -> None:
     """
     await trio.sleep_until(at)
     by_name = {r.name: r for r in w.fleet.replicas}
-    victim: Replica | None = None
+    victim: DemoReplica | None = None
     held: list[ScheduleState] = []
     while victim is None:
         states = await _read(w.db, read_schedule_states)
@@ -555,12 +405,12 @@ async def _kill_one(w: Window, at: float, give_up: float) -> None:
     victim.killed_at_s = w.elapsed()
     w.victim = victim
     w.held = {(s.project_id, s.trigger_id): Held(s) for s in held}
-    await _wait_exit(victim, 10)
+    await wait_exit(victim, 10)
     victim.stop = "SIGKILL (the crash)"
     _announce_kill(w, victim, held)
 
 
-async def _frozen_claims(w: Window, replica: Replica) -> list[ScheduleState]:
+async def _frozen_claims(w: Window, replica: DemoReplica) -> list[ScheduleState]:
     """SIGSTOP ``replica`` and return the live claims it holds, frozen; resume it (SIGCONT)
     unless it holds some, cancelled or not, so that no replica is ever left stopped."""
     replica.signal(signal.SIGSTOP)
@@ -576,7 +426,7 @@ async def _frozen_claims(w: Window, replica: Replica) -> list[ScheduleState]:
     return held
 
 
-def _announce_kill(w: Window, victim: Replica, held: list[ScheduleState]) -> None:
+def _announce_kill(w: Window, victim: DemoReplica, held: list[ScheduleState]) -> None:
     t = victim.killed_at_s or 0.0
     if held:
         claims = ", ".join(
@@ -653,7 +503,7 @@ async def _follow(w: Window) -> None:
             )
 
 
-async def _stop_survivors(fleet: Fleet, plan: Plan, screen: Screen) -> list[str]:
+async def _stop_survivors(fleet: DemoFleet, plan: Plan, screen: Screen) -> list[str]:
     """SIGTERM every survivor, wait for each up to its stop deadline plus slack, SIGKILL the
     ones still alive. Returns the problems (empty when all stopped in order, exit 0)."""
     survivors = fleet.alive()
@@ -662,15 +512,15 @@ async def _stop_survivors(fleet: Fleet, plan: Plan, screen: Screen) -> list[str]
     problems: list[str] = []
     budget = plan.stop_timeout_ms / 1000 + STOP_SLACK_S
 
-    async def stop(r: Replica) -> None:
-        if await _wait_exit(r, budget):
+    async def stop(r: DemoReplica) -> None:
+        if await wait_exit(r, budget):
             code = r.proc.returncode
             r.stop = "stopped in order" if code == 0 else f"exited with code {code}"
             if code != 0:
                 problems.append(f"{r.name} exited with code {code} on SIGTERM")
             return
         r.signal(signal.SIGKILL)
-        await _wait_exit(r, 10)
+        await wait_exit(r, 10)
         r.stop = "SIGKILL: did not stop within its deadline"
         problems.append(f"{r.name} did not stop within {budget:.0f} s of SIGTERM: SIGKILLed")
 
@@ -683,22 +533,6 @@ async def _stop_survivors(fleet: Fleet, plan: Plan, screen: Screen) -> list[str]
     else:
         screen.note(f"stopped {names} in order (SIGTERM: drain, release, exit 0)")
     return problems
-
-
-def _diagnostic_codes(path: Path) -> dict[str, int]:
-    """Diagnostic codes a replica wrote (JSON lines), counted. It writes one per problem."""
-    counts: dict[str, int] = {}
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
-        return counts
-    for line in lines:
-        try:
-            code = str(msgspec.json.decode(line).get("code", "?"))
-        except (msgspec.DecodeError, AttributeError):
-            code = "?"
-        counts[code] = counts.get(code, 0) + 1
-    return counts
 
 
 def _wrap(text: str, indent: str = "  ", hang: str = "") -> list[str]:
@@ -734,7 +568,7 @@ def _summary(
         ended = r.stop
         if r.killed_at_s is not None:
             ended = f"SIGKILL at {r.killed_at_s:.1f} s (the crash)"
-        codes = _diagnostic_codes(r.diagnostics)
+        codes = r.diagnostic_codes()
         diag = ", ".join(f"{code} x{n}" for code, n in sorted(codes.items())) or "none"
         out.append(
             f"  {r.name:<12} {w.runs.get(r.name, 0):>5} runs   {ended:<32} diagnostics: {diag}"
@@ -805,7 +639,7 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     want_passwords: bool | None
 
 
-async def _demo(target: Target, plan: Plan, fleet: Fleet) -> int:
+async def _demo(target: Target, plan: Plan, fleet: DemoFleet) -> int:
     screen = Screen(sys.stdout)
     source, raw = triggers_source()
     spec: PublishFile = decode_publish_file(raw)
@@ -840,7 +674,7 @@ async def _demo(target: Target, plan: Plan, fleet: Fleet) -> int:
     ) as db:
         print(f"replica logs and diagnostics: {fleet.workdir} (removed at exit)", flush=True)
         for name in plan.names:
-            replica = fleet.spawn(name, dsns["qlsched_runtime"])
+            replica = fleet.start(name, dsns["qlsched_runtime"])
             print(f"started {name} (pid {replica.pid})", flush=True)
         await _wait_started(fleet.replicas)
         slowest = plan.cadence_of(min(plan.replicas, 5) - 1)
@@ -891,7 +725,7 @@ def _single_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _run(target: Target, plan: Plan, fleet: Fleet) -> int:
+async def _run(target: Target, plan: Plan, fleet: DemoFleet) -> int:
     """The Trio program: the demo under a SIGINT/SIGTERM watch, and its clean-up."""
     caught: list[int] = []
     code = 1
@@ -987,7 +821,7 @@ def main(args: argparse.Namespace) -> int:
                 drop_after=False,
                 want_passwords=False,
             )
-        fleet = stack.enter_context(Fleet(plan, workdir))
+        fleet = stack.enter_context(DemoFleet(plan, workdir))
         try:
             return trio.run(_run, target, plan, fleet)
         except BAD_INPUT as exc:

@@ -1,0 +1,249 @@
+"""Replica processes (``python -m qlsched run``), started, signalled and reaped by their owner.
+
+Why it exists: ``qlsched demo`` and ``qlsched bench`` both run their replicas as separate
+processes, the product's own command, so that a crash is real (a SIGKILL, not a cancelled
+task: no goodbye, no release, locks left to their lease) and nothing is shared but the
+database. This module is the one copy of what that takes.
+
+Ownership: a ``Fleet`` owns every process it spawns: they are tracked by pid, signalled only
+while not yet reaped, and SIGKILLed and reaped when the ``with`` block is left, however it is
+left. A guardian process (``_GUARDIAN``, its own session) makes sure none outlives its owner
+even when the owner itself is SIGKILLed: it SIGKILLs each replica that is still the very
+process started (same pid and start time in ``/proc``, so a recycled pid is never hit), and,
+if asked, removes the work directory. The embedded server has its own guardian
+(``qlsched.embedded``).
+
+Secrets: a replica's runtime DSN goes through its environment (``QLSCHED_DSN``), never argv,
+which any local user can read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Self, TypeVar
+
+import msgspec
+import trio
+
+# Run by ``sys.executable -I -c`` with the read end of a pipe (and, optionally, the work
+# directory): reads "pid starttime" lines until EOF. EOF after a "done" line is the owner's
+# clean exit (every replica reaped): nothing to do. EOF without it means the owner died
+# (SIGKILL included): SIGKILL each pid that is still the process started (same start time in
+# /proc) and remove the work directory, if one was given.
+_GUARDIAN = """\
+import os, shutil, signal, sys
+fd, workdirs, pids, pending, done = int(sys.argv[1]), sys.argv[2:], {}, b"", False
+while chunk := os.read(fd, 4096):
+    pending += chunk
+    *lines, pending = pending.split(b"\\n")
+    for line in lines:
+        if line == b"done":
+            done = True
+        elif line:
+            pid, ticks = line.split()
+            pids[int(pid)] = ticks
+if not done:
+    for pid, ticks in pids.items():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                raw = stat.read()
+            if raw[raw.rindex(b")") + 2 :].split()[19] == ticks:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+    for workdir in workdirs:
+        shutil.rmtree(workdir, ignore_errors=True)
+"""
+
+
+@dataclass
+class Replica:
+    """One ``qlsched run`` process, its log (stdout and stderr) and its diagnostics file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    diagnostics: Path
+    http: str | None = None
+    """``http://127.0.0.1:PORT`` once started."""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, signum: signal.Signals) -> None:
+        if self.alive():  # never signal a pid already reaped
+            self.proc.send_signal(signum)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def diagnostic_codes(self) -> dict[str, int]:
+        """Diagnostic codes the replica wrote (JSON lines, one per problem), counted."""
+        counts: dict[str, int] = {}
+        try:
+            lines = self.diagnostics.read_bytes().splitlines()
+        except OSError:
+            return counts
+        for line in lines:
+            try:
+                code = str(msgspec.json.decode(line).get("code", "?"))
+            except (msgspec.DecodeError, AttributeError):
+                code = "?"
+            counts[code] = counts.get(code, 0) + 1
+        return counts
+
+
+R = TypeVar("R", bound=Replica)
+
+
+class Fleet(Generic[R]):
+    """The replica processes of one owner and their guardian (see the module doc).
+
+    ``kind`` is the class each spawned replica is made as (``Replica`` or a subclass with
+    the owner's own fields). ``guardian_removes_workdir``: should the owner die, the guardian
+    also removes ``workdir`` (on a clean exit the owner removes it itself).
+    """
+
+    def __init__(
+        self, workdir: Path, kind: type[R], *, guardian_removes_workdir: bool = False
+    ) -> None:
+        self.workdir = workdir
+        self.replicas: list[R] = []
+        self._kind = kind
+        self._guardian_removes_workdir = guardian_removes_workdir
+        self._guardian: subprocess.Popen[bytes] | None = None
+        self._guardian_fd: int | None = None
+
+    def __enter__(self) -> Self:
+        read_fd, write_fd = os.pipe()  # non-inheritable: only the guardian gets read_fd
+        argv = [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd)]
+        if self._guardian_removes_workdir:
+            argv.append(str(self.workdir))
+        try:
+            self._guardian = subprocess.Popen(
+                argv,
+                pass_fds=(read_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,  # a terminal's Ctrl-C is the owner's to handle
+            )
+        except BaseException:
+            os.close(write_fd)
+            raise
+        finally:
+            os.close(read_fd)
+        self._guardian_fd = write_fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill_all()
+        for replica in self.replicas:
+            replica.proc.wait()
+        if self._guardian_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._guardian_fd, b"done\n")
+            os.close(self._guardian_fd)
+            self._guardian_fd = None
+        if self._guardian is not None:
+            try:
+                self._guardian.wait(10)
+            except subprocess.TimeoutExpired:
+                self._guardian.kill()
+                self._guardian.wait()
+
+    def spawn(
+        self,
+        owner: str,
+        runtime_dsn: str,
+        flags: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> R:
+        """Start ``qlsched run --owner OWNER FLAGS --http 127.0.0.1:0 --diagnostics FILE``
+        (not yet ready: it is once its log has the started line). Its environment: ours
+        without any ``QLSCHED_*`` variable, then ``QLSCHED_DSN`` and ``env``. Its log and
+        diagnostics are ``OWNER.log`` and ``OWNER.diagnostics.jsonl`` in the work directory.
+        """
+        log = self.workdir / f"{owner}.log"
+        diagnostics = self.workdir / f"{owner}.diagnostics.jsonl"
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("QLSCHED_")}
+        environ["QLSCHED_DSN"] = runtime_dsn  # not argv: see the module doc
+        environ.update(env or {})
+        argv = [
+            sys.executable,
+            "-m",
+            "qlsched",
+            "run",
+            "--owner",
+            owner,
+            *flags,
+            "--http",
+            "127.0.0.1:0",
+            "--diagnostics",
+            str(diagnostics),
+        ]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=environ,
+                # Its own session: a terminal's Ctrl-C reaches only the owner, which then
+                # ends every replica itself, by pid.
+                start_new_session=True,
+            )
+        replica = self._kind(name=owner, proc=proc, log=log, diagnostics=diagnostics)
+        self.replicas.append(replica)
+        self._announce(proc.pid)
+        return replica
+
+    def _announce(self, pid: int) -> None:
+        ticks = _start_ticks(pid)
+        if self._guardian_fd is not None and ticks is not None:
+            # A guardian that is gone only loses the SIGKILL-of-the-owner case: we still reap.
+            with contextlib.suppress(OSError):
+                os.write(self._guardian_fd, f"{pid} {ticks}\n".encode())
+
+    def kill_all(self) -> None:
+        for replica in self.replicas:
+            replica.signal(signal.SIGKILL)
+
+    def alive(self) -> list[R]:
+        return [r for r in self.replicas if r.alive()]
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, ``/proc/PID/stat`` field 22)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2 :].split()[19].decode()
+
+
+async def wait_exit(replica: Replica, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for the process to exit (and reap it); True if it did."""
+    with trio.move_on_after(timeout_s):
+        # Popen has no async wait (trio.Process has, but the fleet must also be reaped by
+        # plain code after trio.run); polling a pid every 20 ms costs nothing.
+        while replica.proc.poll() is None:  # noqa: ASYNC110
+            await trio.sleep(0.02)
+        return True
+    return False
