@@ -175,18 +175,8 @@ async def server_facts(conn: Connection) -> ServerFacts:
     return ServerFacts(**dict(row))
 
 
-async def rollbacks(conn: Connection) -> int:
-    """Transactions rolled back in this database (cumulative, as backends report them)."""
-    return int(await conn.fetchval(query("bench_rollbacks")))
-
-
 async def sessions_of(conn: Connection, role: str) -> int:
     return int(await conn.fetchval(query("bench_sessions_of"), role))
-
-
-async def admit_transactions(conn: Connection) -> int:
-    """Admit statements that committed Runs (distinct inserting transactions of the Runs)."""
-    return int(await conn.fetchval(query("bench_admit_transactions")))
 
 
 async def run_count(conn: Connection, first_ms: int, last_ms: int) -> int:

@@ -107,23 +107,11 @@ SELECT pg_catalog.current_setting('server_version') AS version,
        pg_catalog.current_setting('max_connections') AS max_connections,
        pg_catalog.current_setting('default_transaction_isolation') AS isolation;
 
--- name: bench_rollbacks
--- Transactions rolled back in this database so far (cumulative statistics). A backend
--- reports its counts when it exits, at the latest: read after the replicas are gone.
-SELECT d.xact_rollback::bigint
-  FROM pg_catalog.pg_stat_database AS d
- WHERE d.datname = pg_catalog.current_database();
-
 -- name: bench_sessions_of
 -- Sessions of role $1 still connected to this database.
 SELECT pg_catalog.count(*)::bigint
   FROM pg_catalog.pg_stat_activity AS a
  WHERE a.datname = pg_catalog.current_database() AND a.usename = $1::text;
-
--- name: bench_admit_transactions
--- Committed admit transactions: one admit statement is one transaction, so the distinct
--- inserting transaction ids (xmin) of the Runs count the admit statements that admitted.
-SELECT pg_catalog.count(DISTINCT r.xmin::text)::bigint FROM qlsched.runs AS r;
 
 -- name: bench_run_count
 -- Runs whose occurrence lies in [$1, $2] (ms).
