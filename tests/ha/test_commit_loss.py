@@ -19,10 +19,10 @@ import trio
 import trio_asyncio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.config import Config
 from qlsched.core.diagnostics import MemorySink
 from tests.support.faults import (
     PROJECT,
+    control_config,
     create_gate_db,
     every_second_triggers,
     fetch,
@@ -46,17 +46,6 @@ FIRST_K, LAST_K = 2, 9
 TRIGGERS = 3
 LOSSY = "lossy"
 FRESH = ("fresh-a", "fresh-b")
-
-
-def control_config(dsn: str, owner: str) -> Config:
-    return Config(
-        dsn=dsn,
-        owner=owner,
-        lease_ms=3_000,
-        cadence_ms=200,
-        stop_timeout_ms=1_000,
-        idle_in_transaction_timeout_ms=1_000,
-    )
 
 
 async def test_lost_commit_reply_is_reported_not_readmitted_and_survives_promotion() -> None:

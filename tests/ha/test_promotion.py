@@ -17,7 +17,6 @@ import trio
 import trio_asyncio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.config import Config
 from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import TriggerEntry
@@ -26,6 +25,7 @@ from qlsched.postgres.store import PostgresStore
 from tests.support.faults import (
     PROJECT,
     Start,
+    control_config,
     create_gate_db,
     db_now_ms,
     fetch,
@@ -50,17 +50,6 @@ _ROW_SQL = (
     " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS now_ms"
     " FROM qlsched.trigger_schedules WHERE project_id = $1 AND trigger_id = $2"
 )
-
-
-def fresh_config(dsn: str, owner: str) -> Config:
-    return Config(
-        dsn=dsn,
-        owner=owner,
-        lease_ms=3_000,
-        cadence_ms=200,
-        stop_timeout_ms=1_000,
-        idle_in_transaction_timeout_ms=1_000,
-    )
 
 
 async def test_claim_replayed_to_standby_is_taken_over_only_after_database_expiry() -> None:
@@ -152,10 +141,10 @@ async def test_claim_replayed_to_standby_is_taken_over_only_after_database_expir
                 before_expiry = 0
                 async with (
                     open_cluster_control(
-                        fresh_config(new.runtime_dsn, FRESH[0]), sink=sinks[0]
+                        control_config(new.runtime_dsn, FRESH[0]), sink=sinks[0]
                     ) as a,
                     open_cluster_control(
-                        fresh_config(new.runtime_dsn, FRESH[1]), sink=sinks[1]
+                        control_config(new.runtime_dsn, FRESH[1]), sink=sinks[1]
                     ) as b,
                 ):
                     assert a.recovery.candidates == []

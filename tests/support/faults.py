@@ -45,6 +45,7 @@ from typing import Any
 
 import trio
 
+from qlsched.core.config import Config
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
@@ -65,6 +66,21 @@ SHORT_TIMEOUTS = RoleTimeouts(
 LEASE_MS = 3000
 CADENCE_MS = 500
 STOP_TIMEOUT_MS = 1000
+
+
+def control_config(dsn: str, owner: str) -> Config:
+    """An in-process control for the HA gates: a 3 s lease, so takeovers come in seconds
+    (the test databases give the runtime role timeouts below it)."""
+    return Config(
+        dsn=dsn,
+        owner=owner,
+        lease_ms=3_000,
+        cadence_ms=200,
+        stop_timeout_ms=1_000,
+        idle_in_transaction_timeout_ms=1_000,
+    )
+
+
 LAG_BOUND_MS = LEASE_MS + CADENCE_MS + 2000
 """After a fault, schedule lag must come back below lease + cadence + 2 s."""
 
