@@ -566,6 +566,7 @@ async def test_a_held_row_does_not_hold_back_its_batch(env: Env, released: bool)
 
 
 TICK_TRIGGERS = 200
+ONCE_A_YEAR = "0 0 1 1 *"
 TICK_BUDGET = 16
 
 SIREAD_SQL = """
@@ -643,7 +644,9 @@ async def test_two_replicas_admit_one_cron_tick(env: Env, request: pytest.Fixtur
     Admitted (no retry ran out, no fence lost between replicas), both replicas did work.
     The SERIALIZABLE retry ratio (ssi_retries / admit_statements) is recorded as a test
     property (see the comment at the end)."""
-    await env.publish(one_project(TICK_TRIGGERS))
+    # Yearly: the decision's next occurrence is months away, so the rows cannot come due a
+    # second time while the test runs (an every-minute cron did when it crossed a minute).
+    await env.publish(one_project(TICK_TRIGGERS, cron=ONCE_A_YEAR))
     tick = await env.make_due(age_ms=500)
     replicas = {"r1": env.store, "r2": await env.open_store(sink=env.sink)}
     admitted: dict[str, int] = {"r1": 0, "r2": 0}
