@@ -9,7 +9,6 @@ import msgspec
 
 from qlsched.commands._common import fail, run_command
 from qlsched.core.config import load_config
-from qlsched.postgres.dsn import check_dsn
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
 
@@ -21,7 +20,6 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(file=config_file, flags={"dsn": args.dsn, "lease_ms": args.lease_ms})
         if not config.dsn:
             return fail("check", "--dsn (or QLSCHED_DSN) is required", 2)
-        check_dsn(config.dsn)
 
         async def fn(conn: Connection) -> Readiness:
             return await check_readiness(conn, lease_ms=config.lease_ms)

@@ -90,6 +90,4 @@ def describe_connect_error(exc: BaseException) -> str:
         return "cannot connect to the server (is it running, and is the address right?)"
     if isinstance(exc, TimeoutError):
         return "timed out connecting to the server"
-    if isinstance(exc, ValueError):
-        return "the DSN is not valid"
     return f"cannot connect ({type(exc).__name__}{', SQLSTATE ' + state if state else ''})"

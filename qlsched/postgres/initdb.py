@@ -16,12 +16,11 @@ import secrets
 import unicodedata
 from collections.abc import Mapping
 
-import asyncpg
 import msgspec
 
 from qlsched.core.config import ConfigError
 from qlsched.postgres.dsn import check_dsn, has_password, password_of, user_of, with_credentials
-from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error, sqlstate
+from qlsched.postgres.errors import sqlstate
 from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
     MigrateReport,
@@ -30,7 +29,7 @@ from qlsched.postgres.migrate import (
     migrate,
     server_facts,
 )
-from qlsched.postgres.pool import Connection, connect_once
+from qlsched.postgres.pool import Connection, connect, connect_once
 from qlsched.postgres.queries import query
 
 LOGIN_ROLES = ("qlsched_admin", "qlsched_runtime", "qlsched_worker_ingress", "qlsched_observer")
@@ -84,14 +83,6 @@ async def _require_superuser(conn: Connection) -> str:
     if not superuser:
         raise MigrationError("init-db needs a superuser DSN (this role is not a superuser)")
     return str(version)
-
-
-async def _connect(dsn: str) -> Connection:
-    """A second connection from inside ``connect_once`` (already on the asyncio side)."""
-    try:
-        return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
-    except Exception as exc:
-        raise DatabaseUnavailable(describe_connect_error(exc)) from None
 
 
 async def _create_database(conn: Connection, database: str) -> bool:
@@ -193,7 +184,8 @@ async def init_db(
         # Released by init_unlock, or by closing the session when the run fails.
         await conn.execute(query("init_lock"))
         created = await _create_database(conn, database)
-        target_conn = await _connect(target)
+        # A second connection from inside connect_once (already on the asyncio side).
+        target_conn = await connect(target, connect_timeout=CONNECT_TIMEOUT)
         try:
             report, roles = await setup(target_conn)
         finally:

@@ -14,8 +14,8 @@ been rolled back by the server (implicit transaction) or by asyncpg's transactio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import asyncpg
@@ -116,6 +116,25 @@ def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | No
     return exc
 
 
+@contextmanager
+def _connect_errors() -> Iterator[None]:
+    """Turn a failed connect into our errors: the driver's own DSN rejection (a ValueError)
+    is ``DsnError`` (bad input), anything else ``DatabaseUnavailable`` with a safe message."""
+    try:
+        yield
+    except ValueError:
+        raise DsnError("the DSN is not valid") from None
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        raise DatabaseUnavailable(describe_connect_error(exc)) from None
+
+
+async def connect(dsn: str, *, connect_timeout: float) -> Connection:
+    """One connection, opened on the asyncio side (inside a bridge crossing)."""
+    with _connect_errors():
+        conn: Connection = await asyncpg.connect(dsn, timeout=connect_timeout)
+    return conn
+
+
 @asynccontextmanager
 async def open_database(
     dsn: str,
@@ -141,20 +160,10 @@ async def open_database(
         **(settings or {}),
     }
     async with _bridge() as loop:
-        try:
+        with _connect_errors():
             pool = await trio_asyncio.aio_as_trio(_create_pool, loop=loop)(
                 dsn, min_size, max_size, server_settings, connect_timeout
             )
-        except ValueError:
-            # The driver's own DSN parser refused it: bad input, not an unavailable server.
-            raise DsnError("the DSN is not valid") from None
-        except (
-            OSError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            TimeoutError,
-        ) as exc:
-            raise DatabaseUnavailable(describe_connect_error(exc)) from None
         try:
             yield Database(pool, loop, isolation=isolation)
         finally:
@@ -176,18 +185,7 @@ async def connect_once(
     check_dsn(dsn)
 
     async def call() -> T:
-        try:
-            conn = await asyncpg.connect(dsn, timeout=connect_timeout)
-        except ValueError:
-            # The driver's own DSN parser refused it: bad input, not an unavailable server.
-            raise DsnError("the DSN is not valid") from None
-        except (
-            OSError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            TimeoutError,
-        ) as exc:
-            raise DatabaseUnavailable(describe_connect_error(exc)) from None
+        conn = await connect(dsn, connect_timeout=connect_timeout)
         try:
             return await fn(conn)
         finally:
