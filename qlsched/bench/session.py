@@ -121,8 +121,8 @@ class BenchSession:
         return replicas
 
     async def stop_replicas(self, replicas: list[Replica]) -> list[str]:
-        """Stop them in order, then wait until their database sessions are gone (so every
-        count they made is in the statistics)."""
+        """Stop them in order, then wait until their database sessions are gone, so none
+        outlives its phase (the next phase empties the database)."""
         problems = await stop(replicas, self.options.replica)
 
         async def sessions(conn: Connection) -> int:
