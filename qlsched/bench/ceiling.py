@@ -43,6 +43,7 @@ GSET_COLUMNS = frozenset(
         "content_digest",
         "task_revision",
         "execution_revision_id",
+        "locator",
     }
 )
 """The claim's columns the admit reads (set by ``\\gset``)."""

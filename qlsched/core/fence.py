@@ -46,6 +46,10 @@ class Claim(msgspec.Struct, frozen=True):
     task_id: str
     task_revision: int
     execution_revision_id: uuid.UUID
+    locator: str | None = None
+    """Where the store found the row (PostgreSQL: the claimed version's tuple id), so its
+    admit can reach it without an index probe. A hint, never trusted: the admit re-checks
+    the key and the whole fence, and a stale locator only costs a second try by key."""
 
     @property
     def key(self) -> TriggerKey:

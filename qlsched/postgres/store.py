@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import msgspec
 import trio
 
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
@@ -50,7 +51,8 @@ LEASE_MARGIN_S = 0.5
 """Retries stop this long before the lease would expire by this process's reckoning."""
 
 LOCKED = "locked"
-"""The admit's failure code for a row a batch skipped: held by another session, or gone."""
+"""The admit's failure code for a row it left untouched although its fence held: held by
+another session (a batch skips such rows) or not at its locator."""
 LOCK_NOT_AVAILABLE = "55P03"
 """SQLSTATE of a lock wait cut by the runtime role's lock_timeout."""
 
@@ -89,6 +91,7 @@ def _claim_from_row(row: Any) -> Claim:
         task_id=row["task_id"],
         task_revision=row["task_revision"],
         execution_revision_id=row["execution_revision_id"],
+        locator=row["locator"],
     )
 
 
@@ -104,6 +107,11 @@ def _failure_outcome(fire: FireRequest, failure: str) -> Outcome:
     if kind == "inactive":
         return Inactive(p, t, reason=part)  # type: ignore[arg-type]
     raise AssertionError(f"unknown admit failure code {failure!r}")
+
+
+def _by_key(fire: FireRequest) -> FireRequest:
+    """The same Fire without its locator: the admit then finds the row by its key."""
+    return msgspec.structs.replace(fire, claim=msgspec.structs.replace(fire.claim, locator=None))
 
 
 def _exhausted(fire: FireRequest, attempts: int, state: str | None) -> Outcome:
@@ -130,6 +138,7 @@ def _admit_args(fires: Sequence[FireRequest]) -> list[Any]:
         [f.run_id for f in fires],
         [f.attempt_id for f in fires],
         [f.idempotency_key for f in fires],
+        [x.locator for x in c],
     ]
 
 
@@ -271,17 +280,21 @@ class PostgresStore:
                 ]
             outcomes: list[Outcome] = []
             for f, r in zip(fires, rows, strict=True):
-                if r["failure"] == LOCKED and len(fires) > 1:
-                    # Left untouched by the batch, which went through without it: now alone,
-                    # waiting for the row (at most lock_timeout).
-                    outcomes.extend(await self._admit_batch([f]))
+                if r["failure"] == LOCKED and (len(fires) > 1 or f.claim.locator is not None):
+                    # Left untouched, its fence still holding: held by another session (a
+                    # batch skips such rows) or no longer where the locator says. Now alone
+                    # and by key, waiting for the row (at most lock_timeout).
+                    outcomes.extend(await self._admit_batch([_by_key(f)]))
                 else:
                     outcomes.append(self._row_outcome(f, r))
             return outcomes
 
     def _row_outcome(self, fire: FireRequest, row: Any) -> Outcome:
-        if row["failure"] is not None:
-            return _failure_outcome(fire, row["failure"])
+        failure = row["failure"]
+        if failure == LOCKED:  # alone, by key, waited for: the fenced write still missed
+            return FenceLost(fire.claim.project_id, fire.claim.trigger_id, part="state")
+        if failure is not None:
+            return _failure_outcome(fire, failure)
         if row["admitted_at_ms"] is None:  # passed the checks but the fenced UPDATE missed
             return FenceLost(fire.claim.project_id, fire.claim.trigger_id, part="state")
         return Admitted(

@@ -35,7 +35,7 @@ from qlsched.core.outcomes import Decision, Fire, Initialize, NotDue, Outcome, S
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.publish import PublishResult, publish
-from qlsched.postgres.store import PostgresStore
+from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 from tests.support.pg import TestDatabase
 
 T = TypeVar("T")
@@ -214,12 +214,15 @@ class Env:
     # stores and connections, closed when the env closes
 
     async def open_pools(self) -> tuple[Database, Database]:
-        """A runtime claim pool (READ COMMITTED) and admit pool (SERIALIZABLE)."""
+        """A runtime claim pool (READ COMMITTED) and admit pool (SERIALIZABLE), with the
+        server settings a replica's pools run with."""
         claim_db = await self._stack.enter_async_context(
-            open_database(self.db.runtime_dsn, max_size=4)
+            open_database(self.db.runtime_dsn, max_size=4, settings=CLAIM_SETTINGS)
         )
         admit_db = await self._stack.enter_async_context(
-            open_database(self.db.runtime_dsn, isolation="serializable", max_size=4)
+            open_database(
+                self.db.runtime_dsn, isolation="serializable", max_size=4, settings=ADMIT_SETTINGS
+            )
         )
         return claim_db, admit_db
 

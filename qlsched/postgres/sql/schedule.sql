@@ -5,7 +5,8 @@
 -- Two arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed rows
 -- (trigger_schedules_claim_idx, ordered by cursor NULLS FIRST, project, trigger) and rows
 -- whose claim expired (trigger_schedules_expiry_idx). No cron computation and no Run ids
--- here; the token is a fresh random UUID per row.
+-- here; the token is a fresh random UUID per row. `locator` is the claimed row version's
+-- tuple id: the admit reaches the row by it without an index probe (a hint it re-checks).
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -50,11 +51,11 @@ claimed AS (
      WHERE s.project_id = chosen.project_id AND s.trigger_id = chosen.trigger_id
  RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.claim_owner,
            s.claim_token, s.claim_version, s.claim_expires_at_ms, s.next_fire_at_ms,
-           s.updated_at_ms
+           s.updated_at_ms, s.ctid
 )
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
-       c.updated_at_ms, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
+       c.updated_at_ms, c.ctid::text AS locator, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
        t.content_digest, t.task_id, t.task_revision, t.execution_revision_id
   FROM claimed AS c
   JOIN qlsched.triggers AS t ON t.project_id = c.project_id AND t.trigger_id = c.trigger_id
