@@ -205,6 +205,7 @@ def targets(
     same_tick: DrainResult,
     steady: SteadyResult,
     claims: dict[int, dict[str, ClaimLatency]],
+    claim_limit: int,
     rss: list[RssResult],
     ceiling: CeilingResult,
 ) -> dict[str, Target]:
@@ -233,11 +234,22 @@ def targets(
     )
     largest = max(claims) if claims else None
     if largest is not None:
-        worst = max(claims[largest].values(), key=lambda c: c.p99)
+        # Both claim sizes are judged: the replicas' k rows per statement, and the ADR's
+        # claim of one row (LIMIT 1), which is what DESIGN's ~0.3 ms figure measured.
+        worst = max(c.p99 for c in claims[largest].values())
+        worst_k1 = max(c.k1_p99 for c in claims[largest].values())
         out["claim_latency"] = Target(
-            goal=f"claim p99 <= 1 ms at {largest:,} rows in every state",
-            measured=f"worst p99 {worst.p99 / 1000:.3f} ms",
-            met=worst.p99 <= 1000,
+            goal=(
+                f"claim p99 <= 1 ms at {largest:,} rows in every state, "
+                f"{claim_limit} rows per claim"
+            ),
+            measured=f"worst p99 {worst / 1000:.3f} ms",
+            met=worst <= 1000,
+        )
+        out["claim_latency_k1"] = Target(
+            goal=f"claim p99 <= 1 ms at {largest:,} rows in every state, 1 row per claim",
+            measured=f"worst p99 {worst_k1 / 1000:.3f} ms",
+            met=worst_k1 <= 1000,
         )
     if len(rss) >= 2:
         low, high = min(rss, key=lambda r: r.triggers), max(rss, key=lambda r: r.triggers)

@@ -99,6 +99,7 @@ async def run_bench(
             same_tick=tick,
             steady=steady_result,
             claims=claims,
+            claim_limit=options.claim_limit,
             rss=rss,
             ceiling=pair,
         ),

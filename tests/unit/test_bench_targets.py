@@ -1,0 +1,75 @@
+"""The bench's target verdicts: each goal is judged on its own figures."""
+
+from __future__ import annotations
+
+from qlsched.bench.report import (
+    CeilingResult,
+    ClaimLatency,
+    DrainResult,
+    Lag,
+    RssResult,
+    SteadyResult,
+    Target,
+    targets,
+)
+
+
+def drain(retries: int, statements: int) -> DrainResult:
+    return DrainResult(
+        triggers=100, cron="0 0 1 1 *", admitted=100, occurrences_per_s=5000.0, seconds=0.02,
+        seconds_from_due=0.1, duplicates=0, lost=0, malformed=0, ssi_retries=retries,
+        admit_statements=statements, ssi_retry_ratio=retries / statements, lag_ms=None,
+        diagnostics={}, stop_problems=[],
+    )  # fmt: skip
+
+
+def steady() -> SteadyResult:
+    return SteadyResult(
+        triggers=100, seconds=20, expected_occurrences=30, occurrences=30, duplicates=0,
+        lost=0, malformed=0, lag_ms=Lag(40, 80, 90, 95), cadence_ms=100, ssi_retries=0,
+        admit_statements=10, ssi_retry_ratio=0.0, diagnostics={}, stop_problems=[],
+    )  # fmt: skip
+
+
+def latency(p99: float, k1_p99: float) -> ClaimLatency:
+    return ClaimLatency(
+        p50=p99 / 2, p99=p99, max=p99, k1_p50=k1_p99 / 2, k1_p99=k1_p99, repetitions=100,
+        planning_ms=0.1, execution_ms=0.2, plan=["Index Scan (trigger_schedules_claim_idx)"],
+    )  # fmt: skip
+
+
+def verdicts(*, retries: int, claims: dict[str, ClaimLatency]) -> dict[str, Target]:
+    return targets(
+        drain=drain(retries, 100),
+        same_tick=drain(0, 40),
+        steady=steady(),
+        claims={1_000: {"none_due": latency(5000, 5000)}, 1_000_000: claims},
+        claim_limit=16,
+        rss=[RssResult(triggers=1_000, rss_mb=46.0, peak_mb=None, rounds=60, admitted=10),
+             RssResult(triggers=1_000_000, rss_mb=46.5, peak_mb=None, rounds=60, admitted=10)],
+        ceiling=CeilingResult(
+            pair_occurrences_per_s=1000.0, ratio=5.0, clients=2, threads=2, seconds=10,
+            transactions=10_000, failed=0, retried=0, retries=0, ssi_retry_ratio=0.0, runs=[],
+        ),
+    )  # fmt: skip
+
+
+def test_claim_latency_is_judged_at_the_largest_size_per_claim_size() -> None:
+    """The worst state at the largest size decides; the k-row and the 1-row claim each get
+    their own verdict (the 1,000-row figures, far over 1 ms here, do not count)."""
+    out = verdicts(
+        retries=0, claims={"none_due": latency(400, 300), "ten_pct_inactive": latency(1200, 900)}
+    )
+    assert out["claim_latency"].met is False
+    assert out["claim_latency"].measured == "worst p99 1.200 ms"
+    assert "16 rows per claim" in out["claim_latency"].goal
+    assert out["claim_latency_k1"].met is True
+    assert out["claim_latency_k1"].measured == "worst p99 0.900 ms"
+    both_fast = verdicts(retries=0, claims={"none_due": latency(999, 1001)})
+    assert both_fast["claim_latency"].met is True
+    assert both_fast["claim_latency_k1"].met is False
+
+
+def test_ssi_retries_are_met_only_below_one_percent_everywhere() -> None:
+    assert verdicts(retries=0, claims={"x": latency(1, 1)})["ssi_retries"].met is True
+    assert verdicts(retries=1, claims={"x": latency(1, 1)})["ssi_retries"].met is False
