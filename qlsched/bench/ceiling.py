@@ -2,7 +2,8 @@
 
 Same server, same run, same rows as the burst drain (N triggers due at one past instant),
 the replicas' own claim and admit statements (``qlsched/postgres/pgbench/pair.sql``,
-rendered from the named blocks), prepared, as the runtime role, on up to 2 threads, for a
+rendered from the named blocks), prepared, as the runtime role, with the replicas' pool
+settings (``PGOPTIONS``: generic plans, no sequential scans), on up to 2 threads, for a
 fixed time, at the replicas' concurrency: one client per replica (in a drain a replica has
 one statement in flight at a time) and two per replica; the ceiling is the better of the two
 (``--quick``: one per replica only). Each admitted row is due again at once (its next cursor
@@ -26,6 +27,7 @@ from qlsched.postgres import bench_data
 from qlsched.postgres.bench_data import RowState
 from qlsched.postgres.dsn import password_of, user_of, with_credentials
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
 
 SCRIPT = "pair"
 OWNER = "bench-pgbench"
@@ -92,6 +94,17 @@ async def ceiling(session: BenchSession, drain_rate: float | None) -> CeilingRes
     )
 
 
+def pool_options() -> str:
+    """libpq's PGOPTIONS for pgbench: the server settings the replicas' claim and admit
+    pools run with (both statements share one pgbench connection), so the ceiling runs the
+    same plans as the replicas."""
+    settings = dict(CLAIM_SETTINGS)
+    for name, value in ADMIT_SETTINGS.items():
+        if settings.setdefault(name, value) != value:
+            raise CeilingFailed(f"the claim and admit pools disagree on {name}")
+    return " ".join(f"-c {name}={value}" for name, value in sorted(settings.items()))
+
+
 async def _pgbench(session: BenchSession, script: Path, clients: int) -> PgbenchRun:
     o = session.options
     n = o.triggers
@@ -117,6 +130,7 @@ async def _pgbench(session: BenchSession, script: Path, clients: int) -> Pgbench
     if password is not None:
         env["PGPASSWORD"] = password
     env["PGAPPNAME"] = "qlsched-bench-pgbench"
+    env["PGOPTIONS"] = pool_options()
     argv = [
         str(session.pgbench),
         "--no-vacuum",

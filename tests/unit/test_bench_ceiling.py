@@ -1,0 +1,15 @@
+"""pgbench runs the pair with the settings the replicas' pools run with."""
+
+from __future__ import annotations
+
+import shlex
+
+from qlsched.bench.ceiling import pool_options
+from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
+
+
+def test_pgbench_gets_every_setting_of_both_pools() -> None:
+    words = shlex.split(pool_options())
+    assert words[::2] == ["-c"] * (len(words) // 2)
+    given = dict(w.split("=", 1) for w in words[1::2])
+    assert given == {**CLAIM_SETTINGS, **ADMIT_SETTINGS}
