@@ -514,6 +514,37 @@ async def test_stale_locators_fall_back_to_the_key(env: Env) -> None:
     assert await env.counts() == Counts(runs=3, attempts=3, events=6)
 
 
+@pytest.mark.parametrize("stale_first", [False, True])
+async def test_two_fires_for_one_row_in_a_batch_admit_one(env: Env, stale_first: bool) -> None:
+    """A batch holding two Fires for one claimed row (the coordinator never sends one; an
+    embedder calling the store might): the Fire whose cursor matches is admitted, the other,
+    for an occurrence a minute later under its own key, gets RevisionChanged(cursor) and no
+    Run, whichever comes first in the batch."""
+    claim = await due_claim(env)
+    good = fire_for(claim)
+    later = good.scheduled_for_ms + 60_000
+    stale = msgspec.structs.replace(
+        good,
+        scheduled_for_ms=later,
+        next_ms=later + 60_000,
+        run_id=uuid.uuid4(),
+        attempt_id=uuid.uuid4(),
+        idempotency_key=good.idempotency_key.rsplit(":", 1)[0] + f":{later}",
+    )
+    fires = [stale, good] if stale_first else [good, stale]
+
+    outcomes = await env.store.admit(fires)
+
+    expected: list[type] = (
+        [RevisionChanged, Admitted] if stale_first else [Admitted, RevisionChanged]
+    )
+    assert [type(o) for o in outcomes] == expected
+    assert RevisionChanged("p", "t0000", part="cursor") in outcomes
+    [run] = await env.su("SELECT run_id, idempotency_key FROM qlsched.runs")
+    assert (run["run_id"], run["idempotency_key"]) == (good.run_id, good.idempotency_key)
+    assert await env.counts() == Counts(runs=1, attempts=1, events=2)
+
+
 async def test_a_row_moved_by_vacuum_full_is_admitted_by_key(env: Env) -> None:
     """VACUUM FULL rewrites the table, so the tuple id a claim returned may name another
     row version or none: the admit still admits the claimed occurrence exactly once."""

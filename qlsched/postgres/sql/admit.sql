@@ -142,12 +142,14 @@ advanced AS (
        AND s.claim_version = c.claim_version AND s.claim_expires_at_ms > now.ms
        AND s.state_version = c.state_version AND s.trigger_revision = c.trigger_revision
        AND s.next_fire_at_ms = c.scheduled_for_ms
- RETURNING s.project_id, s.trigger_id, s.updated_at_ms
+ RETURNING c.ord, s.updated_at_ms
 ),
+-- Joined by request row, not by key: a Fire gets a Run only if its own row advanced (two
+-- Fires for one key in a batch, which the coordinator never sends, cannot share one).
 admitted AS MATERIALIZED (
     SELECT c.*, a.updated_at_ms AS at_ms
       FROM ordered AS c
-      JOIN advanced AS a ON a.project_id = c.project_id AND a.trigger_id = c.trigger_id
+      JOIN advanced AS a ON a.ord = c.ord
 ),
 run_rows AS (
     INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
@@ -191,7 +193,7 @@ SELECT c.ord,
        END AS failure,
        a.at_ms AS admitted_at_ms
   FROM ordered AS c
-  LEFT JOIN admitted AS a ON a.project_id = c.project_id AND a.trigger_id = c.trigger_id
+  LEFT JOIN admitted AS a ON a.ord = c.ord
   LEFT JOIN LATERAL (
          SELECT s.project_id, s.trigger_revision, s.claim_owner, s.claim_token,
                 s.claim_version, s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
