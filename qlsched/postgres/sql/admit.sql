@@ -106,6 +106,8 @@ advanced AS (
            coalesced_total = s.coalesced_total + c.coalesced,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
       FROM ordered AS c
+     -- One arm per (probe, wait) pair: SKIP LOCKED is syntax, not a value, and each probe
+     -- kind needs its own scan; per row the filters leave exactly one arm running.
      CROSS JOIN LATERAL (
             SELECT b.tid FROM (
                 SELECT x.ctid AS tid FROM qlsched.trigger_schedules AS x
