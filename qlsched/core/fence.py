@@ -80,12 +80,13 @@ class ObservedSchedule(msgspec.Struct, frozen=True):
     next_fire_at_ms: int | None
 
 
-def refusal(
+def failed_part(
     claim: Claim, observed: ObservedSchedule | None, now_ms: int, expected_cursor: int | None
-) -> FenceLost | RevisionChanged:
-    """Why a fenced write touched no row, as the outcome naming the part that failed.
+) -> FenceLost | RevisionChanged | None:
+    """The first part of the fence (or the cursor) that no longer holds in ``observed``, as
+    the outcome naming it; None when every part holds.
 
-    The order is the one the admit statement checks in: revision, owner, token, version,
+    The order is the one a fenced WHERE lists them in: revision, owner, token, version,
     expiry, state, cursor. The observation is diagnostic; the WHERE clause decided.
     """
     p, t = claim.project_id, claim.trigger_id
@@ -105,5 +106,15 @@ def refusal(
         return FenceLost(p, t, part="state")
     if observed.next_fire_at_ms != expected_cursor:
         return RevisionChanged(p, t, part="cursor")
-    # Nothing differs in what we observed: the row changed between observation and write.
-    return FenceLost(p, t, part="state")
+    return None
+
+
+def refusal(
+    claim: Claim, observed: ObservedSchedule | None, now_ms: int, expected_cursor: int | None
+) -> FenceLost | RevisionChanged:
+    """Why a fenced write touched no row, as the outcome naming the part that failed."""
+    part = failed_part(claim, observed, now_ms, expected_cursor)
+    if part is None:
+        # Nothing differs in what we observed: the row changed between observation and write.
+        return FenceLost(claim.project_id, claim.trigger_id, part="state")
+    return part

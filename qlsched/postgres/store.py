@@ -26,7 +26,14 @@ import msgspec
 import trio
 
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
-from qlsched.core.fence import Claim, ClaimFence, FireRequest, ObservedSchedule, refusal
+from qlsched.core.fence import (
+    Claim,
+    ClaimFence,
+    FireRequest,
+    ObservedSchedule,
+    failed_part,
+    refusal,
+)
 from qlsched.core.outcomes import (
     Admitted,
     CommitUnknown,
@@ -50,9 +57,6 @@ from qlsched.postgres.queries import query
 LEASE_MARGIN_S = 0.5
 """Retries stop this long before the lease would expire by this process's reckoning."""
 
-LOCKED = "locked"
-"""The admit's failure code for a row it left untouched although its fence held: held by
-another session (a batch skips such rows) or not at its locator."""
 LOCK_NOT_AVAILABLE = "55P03"
 """SQLSTATE of a lock wait cut by the runtime role's lock_timeout."""
 
@@ -107,8 +111,6 @@ def _claim_from_row(row: Any) -> Claim:
 def _failure_outcome(fire: FireRequest, failure: str) -> Outcome:
     kind, _, part = failure.partition(":")
     p, t = fire.claim.project_id, fire.claim.trigger_id
-    if kind == "fence_lost":
-        return FenceLost(p, t, part=part)  # type: ignore[arg-type]
     if kind == "revision_changed":
         return RevisionChanged(p, t, part=part)  # type: ignore[arg-type]
     if kind == "digest_invalid":
@@ -116,6 +118,42 @@ def _failure_outcome(fire: FireRequest, failure: str) -> Outcome:
     if kind == "inactive":
         return Inactive(p, t, reason=part)  # type: ignore[arg-type]
     raise AssertionError(f"unknown admit failure code {failure!r}")
+
+
+def _observed(row: Any) -> ObservedSchedule | None:
+    """The schedule row as a statement read it back, or None: it was not there."""
+    if row["trigger_revision"] is None:
+        return None
+    return ObservedSchedule(
+        trigger_revision=row["trigger_revision"],
+        claim_owner=row["claim_owner"],
+        claim_token=row["claim_token"],
+        claim_version=row["claim_version"],
+        claim_expires_at_ms=row["claim_expires_at_ms"],
+        state_version=row["state_version"],
+        next_fire_at_ms=row["next_fire_at_ms"],
+    )
+
+
+def _row_outcome(fire: FireRequest, row: Any) -> Outcome | None:
+    """One admit result row as its outcome; None: the row was left untouched although its
+    fence, cursor and specs hold (held by another session, or not at its locator)."""
+    if row["admitted_at_ms"] is not None:
+        return Admitted(
+            fire.claim.project_id,
+            fire.claim.trigger_id,
+            run_id=fire.run_id,
+            attempt_id=fire.attempt_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            idempotency_key=fire.idempotency_key,
+            admitted_at_ms=row["admitted_at_ms"],
+        )
+    part = failed_part(fire.claim, _observed(row), row["now_ms"], fire.scheduled_for_ms)
+    if part is not None:
+        return part
+    if row["spec_failure"] is not None:
+        return _failure_outcome(fire, row["spec_failure"])
+    return None
 
 
 def _by_key(fire: FireRequest) -> FireRequest:
@@ -289,32 +327,17 @@ class PostgresStore:
                 ]
             outcomes: list[Outcome] = []
             for f, r in zip(fires, rows, strict=True):
-                if r["failure"] == LOCKED and (len(fires) > 1 or f.claim.locator is not None):
-                    # Left untouched, its fence still holding: held by another session (a
-                    # batch skips such rows) or no longer where the locator says. Now alone
-                    # and by key, waiting for the row (at most lock_timeout).
+                outcome = _row_outcome(f, r)
+                if outcome is not None:
+                    outcomes.append(outcome)
+                elif len(fires) > 1 or f.claim.locator is not None:
+                    # Left untouched though its fence, cursor and specs hold: held by another
+                    # session (a batch skips such rows) or not where the locator says. Now
+                    # alone and by key, waiting for the row (at most lock_timeout).
                     outcomes.extend(await self._admit_batch([_by_key(f)]))
-                else:
-                    outcomes.append(self._row_outcome(f, r))
+                else:  # alone, by key, waited for: the fenced write still missed
+                    outcomes.append(FenceLost(f.claim.project_id, f.claim.trigger_id, part="state"))
             return outcomes
-
-    def _row_outcome(self, fire: FireRequest, row: Any) -> Outcome:
-        failure = row["failure"]
-        if failure == LOCKED:  # alone, by key, waited for: the fenced write still missed
-            return FenceLost(fire.claim.project_id, fire.claim.trigger_id, part="state")
-        if failure is not None:
-            return _failure_outcome(fire, failure)
-        if row["admitted_at_ms"] is None:  # passed the checks but the fenced UPDATE missed
-            return FenceLost(fire.claim.project_id, fire.claim.trigger_id, part="state")
-        return Admitted(
-            fire.claim.project_id,
-            fire.claim.trigger_id,
-            run_id=fire.run_id,
-            attempt_id=fire.attempt_id,
-            scheduled_for_ms=fire.scheduled_for_ms,
-            idempotency_key=fire.idempotency_key,
-            admitted_at_ms=row["admitted_at_ms"],
-        )
 
     async def _probe_commit(self, fires: Sequence[FireRequest], exc: BaseException) -> None:
         """After a lost COMMIT reply, look the keys up on a fresh connection: diagnostic only.
@@ -379,18 +402,7 @@ class PostgresStore:
             row = await self._claim_db.run(fn)
         finally:
             self._forget([claim])
-        observed = None
-        if row["trigger_revision"] is not None:
-            observed = ObservedSchedule(
-                trigger_revision=row["trigger_revision"],
-                claim_owner=row["claim_owner"],
-                claim_token=row["claim_token"],
-                claim_version=row["claim_version"],
-                claim_expires_at_ms=row["claim_expires_at_ms"],
-                state_version=row["state_version"],
-                next_fire_at_ms=row["next_fire_at_ms"],
-            )
-        return row["settled_at_ms"], observed, row["now_ms"]
+        return row["settled_at_ms"], _observed(row), row["now_ms"]
 
     async def _settle_outcome(
         self, claim: Claim, ok: Outcome, *, keep_cursor: bool, next_ms: int | None, skipped: int

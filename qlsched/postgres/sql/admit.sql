@@ -9,14 +9,14 @@
 -- revision, the four fence parts (owner, token, version, expiry), state version, cursor,
 -- project active, trigger revision/digest/enabled and its pins, task revision, the pinned
 -- execution revision (re-computed SHA-256 of its payload, executor `remote_worker`) and the
--- task digest. A row that fails is left out and its `failure` says why; a row that passes
--- gets the schedule advanced under a WHERE repeating the whole fence, and only rows that
--- advanced get their queued Run, pristine claimed Attempt and the two events: per row all
+-- task digest. A row that fails is left out, returned with what names the failure (its
+-- spec failure, or the row as this snapshot sees it); a row that passes gets the schedule
+-- advanced under a WHERE repeating the whole fence, and only rows that advanced get their queued Run, pristine claimed Attempt and the two events: per row all
 -- or nothing. A constraint error aborts the statement (the caller then admits row by row).
 -- A row whose fence holds but which the statement could not take (held by another session,
 -- which a batch of more than one row never waits for, or not at its locator) is left
--- untouched with failure `locked`, and the caller admits it again alone, by key, waiting
--- for the row (at most the role's lock_timeout).
+-- untouched, and the caller admits it again alone, by key, waiting for the row (at most the
+-- role's lock_timeout).
 -- Every table is reached by key or tuple id (no scans): under SERIALIZABLE a sequential
 -- scan takes a relation-level SIRead lock that conflicts with every other admit; the admit
 -- pool also runs with `enable_seqscan = off` so that small, analysed tables keep the probes.
@@ -82,12 +82,12 @@ specs AS MATERIALIZED (
 -- the index leaf page, into which the other replica's admit of a neighbouring trigger
 -- inserts (every admit is a non-HOT update). Either made two replicas admitting one cron
 -- tick retry each other (measured, 200 triggers, 16 per batch: 4.6 % of admit statements
--- with key probes, 0 of 1,301 this way). Writing a row drops the SIRead lock its read took, so rows read
--- and written one at a time never accumulate. The locator is only a hint: the row must also
--- match its key, else (moved by VACUUM FULL, say) it is left out as `locked` and the
--- caller admits it again by key. A row without a locator is probed by key. A batch of more
+-- with key probes, 0 of 1,301 this way). Writing a row drops the SIRead lock its read
+-- took, so rows read and written one at a time never accumulate. The locator is only a
+-- hint: the row must also match its key, else (moved by VACUUM FULL, say) it is left out
+-- and the caller admits it again by key. A row without a locator is probed by key. A batch of more
 -- than one row never waits for a row lock (SKIP LOCKED: a row another session holds is left
--- out, failure `locked`, instead of holding back the rest); a batch of one waits, at most
+-- out instead of holding back the rest); a batch of one waits, at most
 -- the runtime role's lock_timeout. Only rows whose spec checks passed are touched; the
 -- WHERE repeats the whole fence, so a row that fails any part is left as it was.
 ordered AS MATERIALIZED (
@@ -176,31 +176,20 @@ event_rows AS (
       FROM admitted AS a
      CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
 )
--- A row that was not advanced is read again (by key, without a lock: only these rows) to
--- name the part that failed, in the order the fence is checked; a row whose fence and
--- cursor still hold in this snapshot was held by another session or has moved: `locked`.
-SELECT c.ord,
-       CASE
-         WHEN a.project_id IS NOT NULL THEN NULL
-         WHEN r.project_id IS NULL THEN 'fence_lost:missing'
-         WHEN r.trigger_revision <> c.trigger_revision THEN 'revision_changed:trigger'
-         WHEN r.claim_owner IS DISTINCT FROM $1 THEN 'fence_lost:owner'
-         WHEN r.claim_token IS DISTINCT FROM c.claim_token THEN 'fence_lost:token'
-         WHEN r.claim_version <> c.claim_version THEN 'fence_lost:version'
-         WHEN r.claim_expires_at_ms <= (SELECT ms FROM now) THEN 'fence_lost:expiry'
-         WHEN r.state_version <> c.state_version THEN 'fence_lost:state'
-         WHEN r.next_fire_at_ms IS DISTINCT FROM c.scheduled_for_ms
-           THEN 'revision_changed:cursor'
-         ELSE COALESCE(c.spec_failure, 'locked')
-       END AS failure,
-       a.at_ms AS admitted_at_ms
+-- A row that was not advanced is read again (by key, without a lock: only these rows), so
+-- the caller can name the fence part that failed (core's `failed_part`, the same rule a
+-- refused skip or release is diagnosed by); a row whose fence, cursor and specs all hold in
+-- this snapshot was held by another session or is not at its locator.
+SELECT c.ord, a.at_ms AS admitted_at_ms, c.spec_failure, (SELECT ms FROM now) AS now_ms,
+       r.trigger_revision, r.claim_owner, r.claim_token, r.claim_version,
+       r.claim_expires_at_ms, r.state_version, r.next_fire_at_ms
   FROM ordered AS c
   LEFT JOIN admitted AS a ON a.ord = c.ord
   LEFT JOIN LATERAL (
-         SELECT s.project_id, s.trigger_revision, s.claim_owner, s.claim_token,
-                s.claim_version, s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
+         SELECT s.trigger_revision, s.claim_owner, s.claim_token, s.claim_version,
+                s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
            FROM qlsched.trigger_schedules AS s
-          WHERE a.project_id IS NULL
+          WHERE a.ord IS NULL
             AND s.project_id = c.project_id AND s.trigger_id = c.trigger_id
          OFFSET 0) AS r ON true
  ORDER BY c.ord;
