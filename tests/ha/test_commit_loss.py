@@ -105,7 +105,7 @@ async def test_lost_commit_reply_is_reported_not_readmitted_and_survives_promoti
             assert set(codes) == {"commit_unknown", "commit_unknown_landed"}, (codes, where)
             exceptions = {d.exception for d in sink.items}
 
-            new = db.on(standby)
+            new = await db.replayed_on(standby)
             async with open_su(new.superuser_dsn) as su_s:
                 # The committed facts are on the standby (synchronous: flushed before the
                 # primary answered the COMMIT that the proxy dropped).

@@ -112,7 +112,7 @@ async def test_claim_replayed_to_standby_is_taken_over_only_after_database_expir
                 assert claim.cursor_ms == scheduled
                 assert await run_rows(su_p, key) == []
 
-            new = db.on(standby)
+            new = await db.replayed_on(standby)
             async with open_su(new.superuser_dsn) as su_s:
                 assert await fetchval(su_s, "SELECT pg_is_in_recovery()") is True
                 with trio.fail_after(10):

@@ -118,6 +118,26 @@ class GateDb:
         """The same database on another server (a promoted standby)."""
         return GateDb(server, self.name)
 
+    async def replayed_on(self, standby: EmbeddedPostgres, *, timeout_s: float = 30) -> GateDb:
+        """The same database on ``standby`` once the standby has replayed everything the
+        primary has written so far. A synchronous commit waits for the standby's flush, not
+        its replay, so right after the gate database was created it may not exist there yet."""
+        async with open_su(self.server.dsn()) as primary:
+            written = await fetchval(primary, "SELECT pg_catalog.pg_current_wal_lsn()::text")
+        async with open_su(standby.dsn()) as replica:
+
+            async def replayed() -> bool:
+                return bool(
+                    await fetchval(
+                        replica,
+                        "SELECT pg_catalog.pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                        written,
+                    )
+                )
+
+            await poll(replayed, timeout_s=timeout_s, interval_s=0.02)
+        return self.on(standby)
+
 
 async def create_gate_db(server: EmbeddedPostgres, name: str) -> GateDb:
     """Database ``name``: roles (short timeouts), schema, no passwords (trust)."""
