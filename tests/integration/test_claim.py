@@ -10,6 +10,7 @@ it walks.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -241,6 +242,26 @@ async def test_same_owner_reclaim_is_a_new_fence(env: Env) -> None:
     assert (await env.counts()).runs == 0
     [ok] = await env.store.admit([fire_for(second)])
     assert isinstance(ok, Admitted)
+
+
+async def test_tokens_are_distinct_in_a_batch_and_new_at_every_claim(env: Env) -> None:
+    """The statement draws its randomness once and puts each row's place in the batch in the
+    token: the tokens of one batch are all different random (version 4) UUIDs, and claiming
+    the same rows again, after their leases expired, gives every row a token none of them had
+    before, including the row that comes back at the same place."""
+    await env.publish(one_project(20))
+    await env.make_due()
+    first = await env.store.claim("r1", 16, LEASE_MS)
+    for c in first:
+        await env.expire_claim(c.project_id, c.trigger_id)
+    second = await env.store.claim("r1", 16, LEASE_MS)
+
+    assert keys(second) == keys(first)
+    tokens = [c.fence.token for c in first + second]
+    assert len(set(tokens)) == 32
+    assert {(t.version, t.variant) for t in tokens} == {(4, uuid.RFC_4122)}
+    rows = await env.schedules()
+    assert {rows[c.trigger_id]["claim_token"] for c in second} == {c.fence.token for c in second}
 
 
 # --- the plan --------------------------------------------------------------------------------
