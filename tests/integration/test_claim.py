@@ -22,6 +22,7 @@ from qlsched.core.outcomes import Admitted, FenceLost
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.store import PostgresStore
 from tests.integration.adapter_support import (
     LEASE_MS,
     MINUTE_MS,
@@ -181,6 +182,56 @@ async def test_concurrent_claimers_take_disjoint_rows(env: Env) -> None:
             row = rows[c.trigger_id]
             assert (row["claim_owner"], row["claim_token"]) == (owner, c.fence.token)
             assert row["claim_version"] == c.fence.version == 1
+
+
+async def test_rows_updated_during_claims_are_still_claimed(env: Env) -> None:
+    """A race test: while two claimers take one row at a time, another session keeps
+    updating and committing the first unclaimed rows (leaving them unclaimed and due), so a
+    claim's lock step often meets a version newer than its snapshot and its UPDATE has to
+    follow the row there. No claim comes back empty while plenty of rows are free, and every
+    row is claimed exactly once, by a claim whose fence is the one stored on the row."""
+    await env.publish(one_project(200))
+    await env.make_due()
+    stores = [env.store, await env.open_store()]
+    claimed: list[tuple[str, Claim]] = []
+    empty_while_free: list[int] = []
+    touches = 0
+
+    async def toucher() -> None:
+        nonlocal touches
+        while True:
+            await env.su_exec(
+                "UPDATE qlsched.trigger_schedules SET updated_at_ms = updated_at_ms"
+                " WHERE (project_id, trigger_id) IN (SELECT project_id, trigger_id"
+                " FROM qlsched.trigger_schedules WHERE claim_token IS NULL"
+                " ORDER BY trigger_id LIMIT 2 FOR UPDATE SKIP LOCKED)"
+            )
+            touches += 1
+
+    async def claimer(owner: str, store: PostgresStore) -> None:
+        while len(claimed) < 200:
+            free = 200 - len(claimed)
+            got = await store.claim(owner, 1, LEASE_MS)
+            if not got and free > 20:
+                empty_while_free.append(free)
+            claimed.extend((owner, c) for c in got)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(toucher)
+            async with trio.open_nursery() as claimers:
+                for i, store in enumerate(stores):
+                    claimers.start_soon(claimer, f"r{i}", store)
+            nursery.cancel_scope.cancel()
+
+    assert touches > 0
+    assert empty_while_free == []
+    assert sorted(c.trigger_id for _, c in claimed) == [f"t{i:04d}" for i in range(200)]
+    rows = await env.schedules()
+    for owner, c in claimed:
+        row = rows[c.trigger_id]
+        assert (row["claim_owner"], row["claim_token"]) == (owner, c.fence.token)
+        assert row["claim_version"] == c.fence.version == 1
 
 
 # --- leases on the database clock ------------------------------------------------------------
