@@ -487,6 +487,30 @@ async def test_batch_leaves_out_a_stale_fence_and_a_changed_revision(env: Env) -
     assert after["d"] == before["d"]
 
 
+async def test_event_ids_are_distinct_random_uuids(env: Env) -> None:
+    """The admit draws its randomness once per statement and puts each event's place in the
+    batch into the id: two batches of four, each one statement (no id collided, or the batch
+    would have failed on the key and been admitted row by row), give sixteen different
+    version-4 event ids, each Run with its ``run.created`` and ``run.queued``."""
+    ids = [f"t{i}" for i in range(8)]
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    claims = await env.store.claim("r1", 8, LEASE_MS)
+    for batch in (claims[:4], claims[4:]):
+        outcomes = await env.store.admit([fire_for(c) for c in batch])
+        assert all(isinstance(o, Admitted) for o in outcomes)
+    assert env.store.admit_statements == 2  # no batch fell back to admitting row by row
+
+    events = await env.su("SELECT event_id, run_id, seq, type FROM qlsched.run_events")
+    assert len({e["event_id"] for e in events}) == len(events) == 16
+    assert {(e["event_id"].version, e["event_id"].variant) for e in events} == {(4, uuid.RFC_4122)}
+    by_run: dict[uuid.UUID, list[tuple[int, str]]] = {}
+    for e in events:
+        by_run.setdefault(e["run_id"], []).append((e["seq"], e["type"]))
+    assert len(by_run) == 8
+    assert all(sorted(v) == [(1, "run.created"), (2, "run.queued")] for v in by_run.values())
+
+
 def with_locator(fire: FireRequest, locator: str | None) -> FireRequest:
     return msgspec.structs.replace(fire, claim=msgspec.structs.replace(fire.claim, locator=locator))
 

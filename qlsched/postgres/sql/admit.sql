@@ -21,7 +21,8 @@
 -- scan takes a relation-level SIRead lock that conflicts with every other admit; the admit
 -- pool also runs with `enable_seqscan = off` so that small, analysed tables keep the probes.
 WITH now AS MATERIALIZED (
-    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms,
+           pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
 input AS MATERIALIZED (
     SELECT *
@@ -170,10 +171,16 @@ attempt_rows AS (
     SELECT a.attempt_id, a.run_id, 1, 'remote_worker', 'claimed', a.at_ms
       FROM admitted AS a
 ),
+-- Event ids: one draw of strong randomness per statement, as the claim's tokens, with the
+-- event's place in the batch (2 * row + seq) in the last four bytes: version-4 UUIDs,
+-- distinct within the statement, and one draw instead of two per occurrence.
 event_rows AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
-    SELECT pg_catalog.gen_random_uuid(), a.run_id, ev.seq, ev.type, a.at_ms, $1
+    SELECT pg_catalog.encode(overlay(now.nonce PLACING
+               pg_catalog.int4send((2 * a.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
+           a.run_id, ev.seq, ev.type, a.at_ms, $1
       FROM admitted AS a
+     CROSS JOIN now
      CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
 )
 -- A row that was not advanced is read again (by key, without a lock: only these rows), so
