@@ -83,10 +83,14 @@ class ClaimLatency(msgspec.Struct, frozen=True, kw_only=True):
     max: float
     k1_p50: float
     k1_p99: float
+    round_trip_p50: float
+    round_trip_p99: float
+    """A bare ``SELECT 1`` on the same connection, timed in turn with the claims: the floor
+    this machine puts under every statement at those moments."""
     repetitions: int
     planning_ms: float
-    """The server's planning time for one execution (EXPLAIN ANALYZE): the claim is planned
-    again at every execution while PostgreSQL's plan cache keeps choosing custom plans."""
+    """The planning time of the EXPLAIN ANALYZE that gave ``plan`` (the replicas' prepared
+    claim runs a cached generic plan and is not planned again)."""
     execution_ms: float
     plan: list[str]
     """EXPLAIN (ANALYZE, FORMAT JSON) node types, pre-order."""
@@ -236,19 +240,22 @@ def targets(
     if largest is not None:
         # Both claim sizes are judged: the replicas' k rows per statement, and the ADR's
         # claim of one row (LIMIT 1), which is what DESIGN's ~0.3 ms figure measured.
+        # The bare round trip timed in the same loop is shown beside them, not subtracted.
         worst = max(c.p99 for c in claims[largest].values())
         worst_k1 = max(c.k1_p99 for c in claims[largest].values())
+        floor = max(c.round_trip_p99 for c in claims[largest].values())
+        beside = f" (a bare SELECT 1 in the same loops: worst p99 {floor / 1000:.3f} ms)"
         out["claim_latency"] = Target(
             goal=(
                 f"claim p99 <= 1 ms at {largest:,} rows in every state, "
                 f"{claim_limit} rows per claim"
             ),
-            measured=f"worst p99 {worst / 1000:.3f} ms",
+            measured=f"worst p99 {worst / 1000:.3f} ms{beside}",
             met=worst <= 1000,
         )
         out["claim_latency_k1"] = Target(
             goal=f"claim p99 <= 1 ms at {largest:,} rows in every state, 1 row per claim",
-            measured=f"worst p99 {worst_k1 / 1000:.3f} ms",
+            measured=f"worst p99 {worst_k1 / 1000:.3f} ms{beside}",
             met=worst_k1 <= 1000,
         )
     if len(rss) >= 2:
@@ -333,14 +340,15 @@ def render(report: BenchReport) -> str:
         out.append("  diagnostics: " + ", ".join(f"{k} x{v}" for k, v in s.diagnostics.items()))
     out += [
         "",
-        f"claim latency (one statement, microseconds; k = {c.claim_limit} rows, and k = 1; "
-        "server planning + execution of one run, ms)",
+        f"claim latency (one statement, microseconds; k = {c.claim_limit} rows, k = 1, and a "
+        "bare SELECT 1 timed in turn with them; EXPLAIN ANALYZE planning + execution, ms)",
     ]
     for rows, states in report.claim_latency_us.items():
         for state, lat in states.items():
             out.append(
                 f"  {rows:>9,} rows  {state:<18} p50 {lat.p50:6.0f}  p99 {lat.p99:6.0f}  "
                 f"max {lat.max:6.0f}   k=1 p50 {lat.k1_p50:5.0f} p99 {lat.k1_p99:5.0f}   "
+                f"SELECT 1 p50 {lat.round_trip_p50:4.0f} p99 {lat.round_trip_p99:5.0f}   "
                 f"plan {lat.planning_ms:.2f} + exec {lat.execution_ms:.2f}"
             )
     plans = {

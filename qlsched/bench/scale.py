@@ -9,10 +9,10 @@ work), then the schedule table is rewritten in each state and vacuumed:
 * ``ten_pct_inactive``: 10 % inactive (and due: they must not be walked), 1 % active due.
 
 The claim statement (k rows, the runtime role, prepared) is timed alone many times in this
-process (``bench_data.claim_timings``: each run rolled back, so the state holds), and its
-executed plan is recorded. For the smallest and the largest size, one ``qlsched run``
-replica then works over the table (every row due) for a number of rounds, and its RSS is read
-from ``/proc``.
+process (``bench_data.claim_timings``: each run rolled back, so the state holds; a claim of
+one row and a bare round trip are timed in turn with it), and its executed plan is recorded.
+For the smallest and the largest size, one ``qlsched run`` replica then works over the table
+(every row due) for a number of rounds, and its RSS is read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -68,21 +68,18 @@ async def _latencies(session: BenchSession, rows: int) -> dict[str, ClaimLatency
     o = session.options
     out: dict[str, ClaimLatency] = {}
 
-    async def measure(conn: Connection) -> tuple[list[int], list[int], ClaimPlan]:
-        timings = [
-            await bench_data.claim_timings(
-                conn,
-                owner=PROBE_OWNER,
-                limit=limit,
-                lease_ms=o.replica.lease_ms,
-                repetitions=o.claim_repetitions,
-            )
-            for limit in (o.claim_limit, 1)
-        ]
+    async def measure(conn: Connection) -> tuple[bench_data.ClaimTimings, ClaimPlan]:
+        timings = await bench_data.claim_timings(
+            conn,
+            owner=PROBE_OWNER,
+            limit=o.claim_limit,
+            lease_ms=o.replica.lease_ms,
+            repetitions=o.claim_repetitions,
+        )
         plan = await bench_data.explain_claim(
             conn, owner=PROBE_OWNER, limit=o.claim_limit, lease_ms=o.replica.lease_ms
         )
-        return timings[0], timings[1], plan
+        return timings, plan
 
     async with open_database(
         session.runtime_dsn,
@@ -92,15 +89,18 @@ async def _latencies(session: BenchSession, rows: int) -> dict[str, ClaimLatency
     ) as runtime:
         for name, state in STATES.items():
             await _load_state(session, rows, state)
-            samples, single, plan = await runtime.run(measure)
-            us = sorted(s / 1000 for s in samples)
-            us1 = sorted(s / 1000 for s in single)
+            timings, plan = await runtime.run(measure)
+            us = sorted(s / 1000 for s in timings.claims)
+            us1 = sorted(s / 1000 for s in timings.single)
+            floor = sorted(s / 1000 for s in timings.round_trip)
             latency = ClaimLatency(
                 p50=round(percentile(us, 0.50), 1),
                 p99=round(percentile(us, 0.99), 1),
                 max=round(us[-1], 1),
                 k1_p50=round(percentile(us1, 0.50), 1),
                 k1_p99=round(percentile(us1, 0.99), 1),
+                round_trip_p50=round(percentile(floor, 0.50), 1),
+                round_trip_p99=round(percentile(floor, 0.99), 1),
                 repetitions=len(us),
                 planning_ms=round(plan.planning_ms, 3),
                 execution_ms=round(plan.execution_ms, 3),
@@ -110,7 +110,8 @@ async def _latencies(session: BenchSession, rows: int) -> dict[str, ClaimLatency
             session.note(
                 f"scale: {rows:,} rows, {name}: claim p50 {latency.p50:.0f} us, "
                 f"p99 {latency.p99:.0f} us (k=1: p50 {latency.k1_p50:.0f}, "
-                f"p99 {latency.k1_p99:.0f})"
+                f"p99 {latency.k1_p99:.0f}; SELECT 1: p50 {latency.round_trip_p50:.0f}, "
+                f"p99 {latency.round_trip_p99:.0f})"
             )
     return out
 

@@ -204,6 +204,17 @@ async def runs_window(conn: Connection, first_ms: int, last_ms: int) -> RunsWind
 # The claim statement, measured
 
 
+class ClaimTimings(msgspec.Struct, frozen=True, kw_only=True):
+    """Durations in nanoseconds, one per repetition, taken in turn in the same loop: the claim
+    of ``limit`` rows, the claim of one row, and a bare round trip (``SELECT 1``) on the same
+    connection, the floor that this machine's scheduling and network stack put under any
+    statement at those moments."""
+
+    claims: list[int]
+    single: list[int]
+    round_trip: list[int]
+
+
 async def claim_timings(
     conn: Connection,
     *,
@@ -212,28 +223,36 @@ async def claim_timings(
     lease_ms: int,
     repetitions: int,
     warmup: int = 20,
-) -> list[int]:
-    """Run the replicas' claim statement ``warmup + repetitions`` times; return the last
-    ``repetitions`` durations in nanoseconds (this process's monotonic clock).
+) -> ClaimTimings:
+    """Run the replicas' claim statement for ``limit`` rows and for one row, and a bare round
+    trip, in turn, ``warmup + repetitions`` times; keep the last ``repetitions`` of each.
 
-    Each run is timed alone, from sending the prepared statement to its rows (the driver's
-    own work included), inside a transaction that is then rolled back, so the table keeps its
-    state from one repetition to the next and the commit is not part of the figure.
+    Each is timed alone, from sending the prepared statement to its rows (the driver's own
+    work included). The claims run inside a transaction that is then rolled back, so the table
+    keeps its state from one repetition to the next and the commit is not part of the figure.
+    Taking the three in turn puts a burst of noise from the machine on all three alike.
     """
-    statement = await conn.prepare(query("claim"))
-    samples: list[int] = []
+    claim = await conn.prepare(query("claim"))
+    bare = await conn.prepare(query("bench_round_trip"))
+    out = ClaimTimings(claims=[], single=[], round_trip=[])
     for i in range(warmup + repetitions):
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            started = time.perf_counter_ns()
-            await statement.fetch(owner, limit, lease_ms)
-            elapsed = time.perf_counter_ns() - started
-        finally:
-            await transaction.rollback()
+        for k, samples in ((limit, out.claims), (1, out.single)):
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                started = time.perf_counter_ns()
+                await claim.fetch(owner, k, lease_ms)
+                elapsed = time.perf_counter_ns() - started
+            finally:
+                await transaction.rollback()
+            if i >= warmup:
+                samples.append(elapsed)
+        started = time.perf_counter_ns()
+        await bare.fetch()
+        elapsed = time.perf_counter_ns() - started
         if i >= warmup:
-            samples.append(elapsed)
-    return samples
+            out.round_trip.append(elapsed)
+    return out
 
 
 async def explain_claim(conn: Connection, *, owner: str, limit: int, lease_ms: int) -> ClaimPlan:

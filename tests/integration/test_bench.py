@@ -89,6 +89,8 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         for latency in claims[rows].values():
             assert latency["p50"] > 0
             assert latency["p99"] >= latency["p50"]
+            assert latency["k1_p99"] >= latency["k1_p50"] > 0
+            assert latency["round_trip_p99"] >= latency["round_trip_p50"] > 0
             assert latency["plan"], "the claim's plan node types are reported"
 
     assert set(report["rss_mb"]) == set(QUICK_ROWS)

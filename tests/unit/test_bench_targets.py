@@ -31,10 +31,11 @@ def steady() -> SteadyResult:
     )  # fmt: skip
 
 
-def latency(p99: float, k1_p99: float) -> ClaimLatency:
+def latency(p99: float, k1_p99: float, floor_p99: float = 300) -> ClaimLatency:
     return ClaimLatency(
-        p50=p99 / 2, p99=p99, max=p99, k1_p50=k1_p99 / 2, k1_p99=k1_p99, repetitions=100,
-        planning_ms=0.1, execution_ms=0.2, plan=["Index Scan (trigger_schedules_claim_idx)"],
+        p50=p99 / 2, p99=p99, max=p99, k1_p50=k1_p99 / 2, k1_p99=k1_p99, round_trip_p50=150,
+        round_trip_p99=floor_p99, repetitions=100, planning_ms=0.1, execution_ms=0.2,
+        plan=["Index Scan (trigger_schedules_claim_idx)"],
     )  # fmt: skip
 
 
@@ -56,15 +57,18 @@ def verdicts(*, retries: int, claims: dict[str, ClaimLatency]) -> dict[str, Targ
 
 def test_claim_latency_is_judged_at_the_largest_size_per_claim_size() -> None:
     """The worst state at the largest size decides; the k-row and the 1-row claim each get
-    their own verdict (the 1,000-row figures, far over 1 ms here, do not count)."""
+    their own verdict (the 1,000-row figures, far over 1 ms here, do not count). The bare
+    round trip's worst p99 is shown beside them and changes no verdict."""
     out = verdicts(
-        retries=0, claims={"none_due": latency(400, 300), "ten_pct_inactive": latency(1200, 900)}
+        retries=0,
+        claims={"none_due": latency(400, 300, 450), "ten_pct_inactive": latency(1200, 900, 310)},
     )
+    floor = " (a bare SELECT 1 in the same loops: worst p99 0.450 ms)"
     assert out["claim_latency"].met is False
-    assert out["claim_latency"].measured == "worst p99 1.200 ms"
+    assert out["claim_latency"].measured == "worst p99 1.200 ms" + floor
     assert "16 rows per claim" in out["claim_latency"].goal
     assert out["claim_latency_k1"].met is True
-    assert out["claim_latency_k1"].measured == "worst p99 0.900 ms"
+    assert out["claim_latency_k1"].measured == "worst p99 0.900 ms" + floor
     both_fast = verdicts(retries=0, claims={"none_due": latency(999, 1001)})
     assert both_fast["claim_latency"].met is True
     assert both_fast["claim_latency_k1"].met is False
