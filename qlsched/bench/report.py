@@ -219,6 +219,16 @@ def targets(
         measured=_maybe(ceiling.ratio, "{:.2f}x"),
         met=None if ceiling.ratio is None else ceiling.ratio >= 2.0,
     )
+    tick_ratio = (
+        same_tick.occurrences_per_s / ceiling.pair_occurrences_per_s
+        if same_tick.occurrences_per_s is not None and ceiling.pair_occurrences_per_s > 0
+        else None
+    )
+    out["same_tick_vs_ceiling"] = Target(
+        goal="one-cron-tick drain >= 2x the same-run pgbench per-occurrence pair",
+        measured=_maybe(tick_ratio, "{:.2f}x"),
+        met=None if tick_ratio is None else tick_ratio >= 2.0,
+    )
     ratios = {
         "drain": drain.ssi_retry_ratio,
         "same tick": same_tick.ssi_retry_ratio,

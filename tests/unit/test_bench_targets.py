@@ -14,9 +14,9 @@ from qlsched.bench.report import (
 )
 
 
-def drain(retries: int, statements: int) -> DrainResult:
+def drain(retries: int, statements: int, rate: float | None = 5000.0) -> DrainResult:
     return DrainResult(
-        triggers=100, cron="0 0 1 1 *", admitted=100, occurrences_per_s=5000.0, seconds=0.02,
+        triggers=100, cron="0 0 1 1 *", admitted=100, occurrences_per_s=rate, seconds=0.02,
         seconds_from_due=0.1, duplicates=0, lost=0, malformed=0, ssi_retries=retries,
         admit_statements=statements, ssi_retry_ratio=retries / statements, lag_ms=None,
         diagnostics={}, stop_problems=[],
@@ -39,10 +39,12 @@ def latency(p99: float, k1_p99: float, floor_p99: float = 300) -> ClaimLatency:
     )  # fmt: skip
 
 
-def verdicts(*, retries: int, claims: dict[str, ClaimLatency]) -> dict[str, Target]:
+def verdicts(
+    *, retries: int, claims: dict[str, ClaimLatency], tick_rate: float | None = 5000.0
+) -> dict[str, Target]:
     return targets(
         drain=drain(retries, 100),
-        same_tick=drain(0, 40),
+        same_tick=drain(0, 40, tick_rate),
         steady=steady(),
         claims={1_000: {"none_due": latency(5000, 5000)}, 1_000_000: claims},
         claim_limit=16,
@@ -77,3 +79,20 @@ def test_claim_latency_is_judged_at_the_largest_size_per_claim_size() -> None:
 def test_ssi_retries_are_met_only_below_one_percent_everywhere() -> None:
     assert verdicts(retries=0, claims={"x": latency(1, 1)})["ssi_retries"].met is True
     assert verdicts(retries=1, claims={"x": latency(1, 1)})["ssi_retries"].met is False
+
+
+def test_one_tick_drain_is_judged_against_the_ceiling_on_its_own() -> None:
+    """The one-cron-tick drain has its own verdict against the same-run pair ceiling
+    (1,000 pairs/s here), beside the burst drain's (5x here)."""
+    slow = verdicts(retries=0, claims={"x": latency(1, 1)}, tick_rate=1_900.0)
+    assert slow["same_tick_vs_ceiling"].met is False
+    assert slow["same_tick_vs_ceiling"].measured == "1.90x"
+    assert slow["drain_vs_ceiling"].met is True
+    assert (
+        verdicts(retries=0, claims={"x": latency(1, 1)}, tick_rate=2_000.0)[
+            "same_tick_vs_ceiling"
+        ].met
+        is True
+    )
+    unknown = verdicts(retries=0, claims={"x": latency(1, 1)}, tick_rate=None)
+    assert unknown["same_tick_vs_ceiling"].met is None
