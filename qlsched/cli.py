@@ -86,9 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=5, help="how many (default 5)")
 
     p = subs["bench"]
-    p.add_argument("--triggers", type=int, default=10_000)
-    p.add_argument("--replicas", type=int, default=2)
-    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument(
+        "--triggers",
+        type=int,
+        default=10_000,
+        help="triggers in the drain, ceiling and steady phases (default 10000)",
+    )
+    p.add_argument("--replicas", type=int, default=2, help="replica processes (default 2)")
+    p.add_argument(
+        "--seconds", type=int, default=20, help="length of the steady phase (default 20)"
+    )
     p.add_argument("--dsn", help="superuser DSN (default: an embedded database)")
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
