@@ -199,8 +199,8 @@ def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     return sorted_values[rank - 1]
 
 
-def ratio(part: int, whole: int) -> float | None:
-    return part / whole if whole else None
+def ratio(part: float | None, whole: float) -> float | None:
+    return part / whole if part is not None and whole else None
 
 
 def targets(
@@ -219,11 +219,7 @@ def targets(
         measured=_maybe(ceiling.ratio, "{:.2f}x"),
         met=None if ceiling.ratio is None else ceiling.ratio >= 2.0,
     )
-    tick_ratio = (
-        same_tick.occurrences_per_s / ceiling.pair_occurrences_per_s
-        if same_tick.occurrences_per_s is not None and ceiling.pair_occurrences_per_s > 0
-        else None
-    )
+    tick_ratio = ratio(same_tick.occurrences_per_s, ceiling.pair_occurrences_per_s)
     out["same_tick_vs_ceiling"] = Target(
         goal="one-cron-tick drain >= 2x the same-run pgbench per-occurrence pair",
         measured=_maybe(tick_ratio, "{:.2f}x"),
