@@ -156,6 +156,16 @@ async def test_claim_vs_uncommitted_claim(env: Env) -> None:
     assert owners == {"t0000": "A", "t0001": "A", "t0002": "B", "t0003": "B", "t0004": "B"}
 
 
+async def assert_first_fences_stored(env: Env, claimed: list[tuple[str, Claim]]) -> None:
+    """Each (claimer, claim) pair's fence is the one stored on its row: that claimer as owner,
+    the claim's token, and claim version 1 (each row's first claim)."""
+    rows = await env.schedules()
+    for owner, c in claimed:
+        row = rows[c.trigger_id]
+        assert (row["claim_owner"], row["claim_token"]) == (owner, c.fence.token)
+        assert row["claim_version"] == c.fence.version == 1
+
+
 async def test_concurrent_claimers_take_disjoint_rows(env: Env) -> None:
     """Many claimers at once on separate connections: every due row is claimed by exactly one
     of them, and each claimer's fence is the one stored on the row."""
@@ -176,12 +186,7 @@ async def test_concurrent_claimers_take_disjoint_rows(env: Env) -> None:
 
     claimed = [c for claims in got.values() for c in claims]
     assert sorted(c.trigger_id for c in claimed) == [f"t{i:04d}" for i in range(60)]
-    rows = await env.schedules()
-    for owner, claims in got.items():
-        for c in claims:
-            row = rows[c.trigger_id]
-            assert (row["claim_owner"], row["claim_token"]) == (owner, c.fence.token)
-            assert row["claim_version"] == c.fence.version == 1
+    await assert_first_fences_stored(env, [(o, c) for o, claims in got.items() for c in claims])
 
 
 async def test_rows_updated_during_claims_are_still_claimed(env: Env) -> None:
@@ -227,11 +232,7 @@ async def test_rows_updated_during_claims_are_still_claimed(env: Env) -> None:
     assert touches > 0
     assert empty_while_free == []
     assert sorted(c.trigger_id for _, c in claimed) == [f"t{i:04d}" for i in range(200)]
-    rows = await env.schedules()
-    for owner, c in claimed:
-        row = rows[c.trigger_id]
-        assert (row["claim_owner"], row["claim_token"]) == (owner, c.fence.token)
-        assert row["claim_version"] == c.fence.version == 1
+    await assert_first_fences_stored(env, claimed)
 
 
 # --- leases on the database clock ------------------------------------------------------------
