@@ -393,9 +393,7 @@ async def test_admit_vs_takeover(env: Env, reach: str) -> None:
     assert old.locator is not None
     assert old.locator != new.locator
     if reach == "key":
-        old_fire = msgspec.structs.replace(
-            old_fire, claim=msgspec.structs.replace(old, locator=None)
-        )
+        old_fire = with_locator(old_fire, None)
     assert old_fire.idempotency_key == new_fire.idempotency_key
     holder = await hold_row_lock(env)
     outcomes: dict[str, Outcome] = {}
