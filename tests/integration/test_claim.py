@@ -443,6 +443,36 @@ async def test_claim_plan_walks_the_claim_index(env: Env) -> None:
     check_claim_plan(await env.runtime(generic))
 
 
+async def test_claim_draws_randomness_once_and_only_when_it_claims(env: Env) -> None:
+    """The token's strong-random draw (the ``draw`` CTE) runs once for a claim of several
+    rows and not at all for a claim that finds nothing due, the most common claim: counted
+    in the executed generic plan, as the replicas' prepared claim runs it."""
+    await env.publish(one_project(3))
+    await env.make_due()
+    sql = query("claim")
+
+    async def draws(conn: Connection) -> tuple[int, int]:
+        """(rows claimed, executions of the draw) for one claim, rolled back."""
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await conn.execute("PREPARE claim_draws(text, int, bigint) AS " + sql)
+            explained = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_draws('r1', 16, 30000)"
+            )
+            await conn.execute("DEALLOCATE claim_draws")  # a session's, not rolled back
+        finally:
+            await transaction.rollback()
+        [top] = json.loads(explained)
+        [draw] = [n for n in plan_nodes(top["Plan"]) if n.get("Subplan Name") == "CTE draw"]
+        return top["Plan"]["Actual Rows"], draw["Actual Loops"]
+
+    assert await env.runtime(draws) == (3, 1)
+    await env.make_due(age_ms=-3_600_000)  # an hour ahead: nothing due
+    assert await env.runtime(draws) == (0, 0)
+
+
 async def test_claimed_rows_come_back_in_index_order(env: Env) -> None:
     """On the same bulk table, one claim of k rows returns exactly the first k claimable rows
     (unclaimed or expired, active, due or uninitialised) in (cursor NULLS FIRST, project,

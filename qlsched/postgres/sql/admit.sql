@@ -21,8 +21,11 @@
 -- scan takes a relation-level SIRead lock that conflicts with every other admit; the admit
 -- pool also runs with `enable_seqscan = off` so that small, analysed tables keep the probes.
 WITH now AS MATERIALIZED (
-    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms,
-           pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+-- Read only by the event inserts, so a batch that admits nothing draws nothing.
+draw AS MATERIALIZED (
+    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
 input AS MATERIALIZED (
     SELECT *
@@ -176,11 +179,11 @@ attempt_rows AS (
 -- distinct within the statement, and one draw instead of two per occurrence.
 event_rows AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
-    SELECT pg_catalog.encode(overlay(now.nonce PLACING
+    SELECT pg_catalog.encode(overlay(draw.nonce PLACING
                pg_catalog.int4send((2 * a.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
            a.run_id, ev.seq, ev.type, a.at_ms, $1
       FROM admitted AS a
-     CROSS JOIN now
+     CROSS JOIN draw
      CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
 )
 -- A row that was not advanced is read again (by key, without a lock: only these rows), so

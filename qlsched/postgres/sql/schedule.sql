@@ -12,8 +12,11 @@
 -- `locator` is the claimed row version's tuple id: the admit reaches the row by it without
 -- an index probe (a hint it re-checks).
 WITH now AS MATERIALIZED (
-    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms,
-           pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+-- Read only by the UPDATE, so a claim that finds nothing due (most rounds) draws nothing.
+draw AS MATERIALIZED (
+    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
 fresh AS MATERIALIZED (
     SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
@@ -49,13 +52,13 @@ chosen AS (
 claimed AS (
     UPDATE qlsched.trigger_schedules AS s
        SET claim_owner = $1,
-           claim_token = pg_catalog.encode(overlay(now.nonce PLACING
+           claim_token = pg_catalog.encode(overlay(draw.nonce PLACING
                pg_catalog.int4send(chosen.place::integer) FROM 13 FOR 4), 'hex')::uuid,
            claim_version = s.claim_version + 1,
            claim_expires_at_ms = GREATEST(now.ms, s.updated_at_ms) + $3,
            state_version = s.state_version + 1,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
-      FROM chosen, now
+      FROM chosen, now, draw
      WHERE s.project_id = chosen.project_id AND s.trigger_id = chosen.trigger_id
  RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.claim_owner,
            s.claim_token, s.claim_version, s.claim_expires_at_ms, s.next_fire_at_ms,
