@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from qlsched.postgres.migrate import load_migrations
 from qlsched.postgres.queries import query
 from qlsched.postgres.readiness import Readiness, check_readiness
 from tests.support.pg import PgCluster, sql_run
@@ -33,7 +34,10 @@ ROLES = (
     "qlsched_observer",
 )
 LOGIN_ROLES = ROLES[1:]
-MIGRATION = "0001_cluster_scheduler.sql"
+MIGRATIONS = [m.name for m in load_migrations()]
+"""Every shipped migration file, in order."""
+MIGRATION = MIGRATIONS[0]
+"""The first migration: the one the ledger tests edit, drop or look up."""
 DEFAULT_LEASE_MS = 30_000
 
 

@@ -29,7 +29,7 @@ from qlsched.postgres.errors import describe_connect_error
 from qlsched.postgres.initdb import scram_verifier
 from tests.integration.schema_support import (
     LOGIN_ROLES,
-    MIGRATION,
+    MIGRATIONS,
     acl_snapshot,
     clean_env,
     database_exists,
@@ -79,8 +79,11 @@ def test_init_db_creates_database_roles_schema_and_prints_dsns(pg_cluster: PgClu
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""
         lines = result.stdout.splitlines()
-        assert lines[:2] == [f"database {name}: created", f"migration {MIGRATION}: applied"]
-        assert [line.split(":", 1)[0] for line in lines[2:]] == list(LOGIN_ROLES)
+        assert lines[: 1 + len(MIGRATIONS)] == [
+            f"database {name}: created",
+            *(f"migration {m}: applied" for m in MIGRATIONS),
+        ]
+        assert [line.split(":", 1)[0] for line in lines[1 + len(MIGRATIONS) :]] == list(LOGIN_ROLES)
         dsns = role_lines(result.stdout)
         for role in LOGIN_ROLES:
             assert dsns[role] == pg_cluster.dsn(name, role)
@@ -105,9 +108,9 @@ def test_init_db_twice_changes_nothing(pg_cluster: PgCluster) -> None:
 
         second = run_cli(args)
         assert second.returncode == 0, second.stderr
-        assert second.stdout.splitlines()[:2] == [
+        assert second.stdout.splitlines()[: 1 + len(MIGRATIONS)] == [
             f"database {name}: exists",
-            f"migration {MIGRATION}: already applied",
+            *(f"migration {m}: already applied" for m in MIGRATIONS),
         ]
         assert role_lines(second.stdout) == role_lines(first.stdout)
         assert ledger(su) == recorded
@@ -424,10 +427,11 @@ def _assert_one_created(results: list[subprocess.CompletedProcess[str]], name: s
     assert firsts == [f"database {name}: created"] + [f"database {name}: exists"] * (
         len(results) - 1
     )
-    migrations = sorted(r.stdout.splitlines()[1] for r in results)
-    assert migrations == [f"migration {MIGRATION}: already applied"] * (len(results) - 1) + [
-        f"migration {MIGRATION}: applied"
-    ]
+    for m in MIGRATIONS:
+        said = sorted(line for r in results for line in r.stdout.splitlines() if m in line)
+        assert said == [f"migration {m}: already applied"] * (len(results) - 1) + [
+            f"migration {m}: applied"
+        ]
     assert len({tuple(sorted(role_lines(r.stdout).items())) for r in results}) == 1
 
 
@@ -440,7 +444,7 @@ def test_concurrent_init_db_on_one_new_database(pg_cluster: PgCluster) -> None:
         args = ["init-db", "--dsn", pg_cluster.superuser_dsn, "--database", name]
         results = _run_concurrently([args] * 4)
         _assert_one_created(results, name)
-        assert [row[1] for row in ledger(pg_cluster.dsn(name))] == [MIGRATION]
+        assert [row[1] for row in ledger(pg_cluster.dsn(name))] == MIGRATIONS
         assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
 
 
@@ -463,9 +467,9 @@ def test_concurrent_init_db_on_a_fresh_server_creates_roles_once() -> None:
         results = _run_concurrently([[*base, a], [*base, a], [*base, b]])
         _assert_one_created(results[:2], a)
         assert results[2].returncode == 0, results[2].stderr
-        assert results[2].stdout.splitlines()[:2] == [
+        assert results[2].stdout.splitlines()[: 1 + len(MIGRATIONS)] == [
             f"database {b}: created",
-            f"migration {MIGRATION}: applied",
+            *(f"migration {m}: applied" for m in MIGRATIONS),
         ]
         for name in (a, b):
             assert readiness(server.dsn(name, "qlsched_runtime")).ready

@@ -19,6 +19,7 @@ import pytest
 from qlsched.postgres.migrate import migrate
 from tests.integration.schema_support import (
     MIGRATION,
+    MIGRATIONS,
     execute,
     fetchval,
     readiness,
@@ -38,7 +39,7 @@ def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> Non
     report = readiness(dsn)
     assert report.findings == []
     assert report.ready
-    assert report.applied == [MIGRATION]
+    assert report.applied == MIGRATIONS
     assert report.server_version >= 150000
 
 
@@ -76,12 +77,12 @@ def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> Non
             id="missing-column-grant",
         ),
         pytest.param(
-            "UPDATE qlsched.schema_migrations SET checksum = repeat('0', 64)",
+            "UPDATE qlsched.schema_migrations SET checksum = repeat('0', 64) WHERE version = 1",
             f"migration {MIGRATION} was edited after it was applied (checksum)",
             id="edited-migration",
         ),
         pytest.param(
-            "DELETE FROM qlsched.schema_migrations",
+            "DELETE FROM qlsched.schema_migrations WHERE version = 1",
             f"migration {MIGRATION} is not applied",
             id="missing-migration-row",
         ),
@@ -323,7 +324,8 @@ def test_check_cli_reports_ready(pg_db: TestDatabase) -> None:
     assert result.stderr == ""
     version = fetchval(pg_db.runtime_dsn, "SELECT current_setting('server_version_num')::int")
     assert result.stdout == (
-        f"ready: PostgreSQL {version // 10000}, 1 migration(s) applied, grants exact\n"
+        f"ready: PostgreSQL {version // 10000}, {len(MIGRATIONS)} migration(s) applied,"
+        " grants exact\n"
     )
 
 
@@ -345,7 +347,7 @@ def test_check_cli_json(pg_db: TestDatabase) -> None:
     doc = json.loads(good.stdout)
     assert doc["ready"] is True
     assert doc["findings"] == []
-    assert doc["applied"] == [MIGRATION]
+    assert doc["applied"] == MIGRATIONS
     assert doc["server_version"] >= 150000
 
     findings = _break_two_ways(pg_db)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.schema_support import MIGRATION, clean_env
+from tests.integration.schema_support import MIGRATIONS, clean_env
 from tests.support.pg import TestDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -76,7 +76,7 @@ def test_wheel_contains_the_sql_and_the_type_marker(wheel: Path) -> None:
     )
     assert sql_files
     expected = {
-        f"qlsched/_schema/postgres/{MIGRATION}",
+        *(f"qlsched/_schema/postgres/{m}" for m in MIGRATIONS),
         "qlsched/_schema/postgres/bootstrap.sql",
         "qlsched/py.typed",
         *(f"qlsched/postgres/sql/{name}" for name in sql_files),
@@ -115,8 +115,8 @@ def test_installed_wheel_checks_a_database_from_outside_the_repo(
     check = _run([qlsched, "check", "--dsn", pg_db.runtime_dsn], cwd=tmp_path, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("ready: PostgreSQL ")
-    assert "1 migration(s) applied, grants exact" in check.stdout
+    assert f"{len(MIGRATIONS)} migration(s) applied, grants exact" in check.stdout
 
     migrated = _run([qlsched, "migrate", "--dsn", pg_db.superuser_dsn], cwd=tmp_path, timeout=60)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout == f"migration {MIGRATION}: already applied\n"
+    assert migrated.stdout == "".join(f"migration {m}: already applied\n" for m in MIGRATIONS)

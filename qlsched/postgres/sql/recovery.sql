@@ -4,14 +4,13 @@
 -- not cancelled, queued_at_ms set; the Attempt is the latest of its Run, `claimed`,
 -- `remote_worker`, and every worker/session/lease/offer/callback/start/result/error field
 -- still NULL. Anything else stays a candidate (fail closed). Already-marked ones are left out.
-WITH latest AS (
-    SELECT a.run_id, pg_catalog.max(a.attempt_no) AS attempt_no
-      FROM qlsched.attempts AS a
-     GROUP BY a.run_id
-)
+-- Reads only non-terminal Attempts (attempts_live_idx), each checked for a newer Attempt of
+-- its Run by the (run_id, attempt_no) key: the cost follows live work, never the history.
 SELECT a.attempt_id, a.run_id,
        CASE
-         WHEN a.attempt_no < l.attempt_no THEN 'newer_attempt'
+         WHEN EXISTS (SELECT 1 FROM qlsched.attempts AS n
+                       WHERE n.run_id = a.run_id AND n.attempt_no > a.attempt_no)
+           THEN 'newer_attempt'
          WHEN a.state <> 'claimed' THEN 'attempt_' || a.state
          WHEN r.state <> 'queued' THEN 'run_' || r.state
          WHEN r.cancel_requested THEN 'cancel_requested'
@@ -28,16 +27,17 @@ SELECT a.attempt_id, a.run_id,
        END AS reason
   FROM qlsched.attempts AS a
   JOIN qlsched.runs AS r ON r.run_id = a.run_id
-  JOIN latest AS l ON l.run_id = a.run_id
- WHERE r.owner = 'runtime'
-   AND a.state IN ('claimed', 'dispatching', 'running')
+ WHERE a.state IN ('claimed', 'dispatching', 'running')
+   AND r.owner = 'runtime'
    AND NOT EXISTS (SELECT 1 FROM qlsched.recovery_marks AS m WHERE m.attempt_id = a.attempt_id)
-   AND NOT (a.attempt_no = l.attempt_no AND a.state = 'claimed' AND r.state = 'queued'
+   AND NOT (a.state = 'claimed' AND r.state = 'queued'
             AND NOT r.cancel_requested AND r.queued_at_ms IS NOT NULL
             AND a.executor_kind = 'remote_worker'
             AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
             AND a.offer_id IS NULL AND a.callback_token IS NULL AND a.started_at_ms IS NULL
-            AND a.result IS NULL AND a.error IS NULL)
+            AND a.result IS NULL AND a.error IS NULL
+            AND NOT EXISTS (SELECT 1 FROM qlsched.attempts AS n
+                             WHERE n.run_id = a.run_id AND n.attempt_no > a.attempt_no))
  ORDER BY a.attempt_id;
 
 -- name: mark_for_recovery
