@@ -378,7 +378,7 @@ class PostgresStore:
 
     async def _settle(
         self, claim: Claim, *, keep_cursor: bool, next_ms: int | None, skipped: int
-    ) -> tuple[int | None, ObservedSchedule | None, int]:
+    ) -> tuple[int | None, ObservedSchedule | None, int, bool]:
         sql = query("settle")
         f = claim.fence
 
@@ -396,19 +396,20 @@ class PostgresStore:
                 keep_cursor,
                 next_ms,
                 skipped,
+                claim.trigger_digest,
             )
 
         try:
             row = await self._claim_db.run(fn)
         finally:
             self._forget([claim])
-        return row["settled_at_ms"], _observed(row), row["now_ms"]
+        return row["settled_at_ms"], _observed(row), row["now_ms"], row["spec_ok"]
 
     async def _settle_outcome(
         self, claim: Claim, ok: Outcome, *, keep_cursor: bool, next_ms: int | None, skipped: int
     ) -> Outcome:
         try:
-            settled, observed, now_ms = await self._settle(
+            settled, observed, now_ms, spec_ok = await self._settle(
                 claim, keep_cursor=keep_cursor, next_ms=next_ms, skipped=skipped
             )
         except Exception as exc:
@@ -423,7 +424,10 @@ class PostgresStore:
                 exception=type(exc).__name__,
             )
         if settled is None:
-            return refusal(claim, observed, now_ms, claim.cursor_ms)
+            part = failed_part(claim, observed, now_ms, claim.cursor_ms)
+            if part is None and not spec_ok:
+                return RevisionChanged(claim.project_id, claim.trigger_id, part="trigger")
+            return part or refusal(claim, observed, now_ms, claim.cursor_ms)
         return ok
 
     async def initialize(self, claim: Claim, next_ms: int) -> Outcome:

@@ -49,6 +49,11 @@ chosen AS (
      ORDER BY c.k, c.project_id, c.trigger_id
      LIMIT $2
 ),
+-- The spec is joined inside the UPDATE on the revision the row holds. A publish committed
+-- between this statement's snapshot and its row lock makes the lock follow the row to the
+-- new revision while the join still reads the old trigger row: the recheck then fails the
+-- join and the row is left unclaimed (free again at commit), so a claim never hands back a
+-- spec of another revision than the row it locked.
 claimed AS (
     UPDATE qlsched.trigger_schedules AS s
        SET claim_owner = $1,
@@ -58,27 +63,31 @@ claimed AS (
            claim_expires_at_ms = GREATEST(now.ms, s.updated_at_ms) + $3,
            state_version = s.state_version + 1,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
-      FROM chosen, now, draw
+      FROM chosen, now, draw, qlsched.triggers AS t
      WHERE s.project_id = chosen.project_id AND s.trigger_id = chosen.trigger_id
+       AND t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+       AND t.revision = s.trigger_revision
  RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.claim_owner,
            s.claim_token, s.claim_version, s.claim_expires_at_ms, s.next_fire_at_ms,
-           s.updated_at_ms, s.ctid
+           s.updated_at_ms, s.ctid, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
+           t.content_digest, t.task_id, t.task_revision, t.execution_revision_id
 )
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
-       c.updated_at_ms, c.ctid::text AS locator, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
-       t.content_digest, t.task_id, t.task_revision, t.execution_revision_id
+       c.updated_at_ms, c.ctid::text AS locator, c.cron, c.timezone, c.misfire_policy,
+       c.misfire_grace_ms, c.content_digest, c.task_id, c.task_revision,
+       c.execution_revision_id
   FROM claimed AS c
-  JOIN qlsched.triggers AS t ON t.project_id = c.project_id AND t.trigger_id = c.trigger_id
  ORDER BY COALESCE(c.next_fire_at_ms, -1), c.project_id, c.trigger_id;
 
 -- name: settle
 -- Initialize, skip or release one claimed row: one statement, one implicit transaction.
 -- The WHERE repeats the whole fence: owner $3, token $4, claim version $5, expiry against
 -- the database clock, state version $6, trigger revision $7 and the cursor $8 the decision
--- saw (NULL = uninitialised). $9 keeps the cursor (release); else it becomes $10.
--- $11 adds to skipped_total. `cur` is the row as this statement saw it, so a refused write
--- can name the fence part that failed.
+-- saw (NULL = uninitialised); the trigger row must still be revision $7 with digest $12, as
+-- admit checks it. $9 keeps the cursor (release); else it becomes $10. $11 adds to
+-- skipped_total. `cur` and `spec_ok` are what this statement saw, so a refused write can
+-- name the part that failed.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -87,6 +96,11 @@ cur AS (
            s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
       FROM qlsched.trigger_schedules AS s
      WHERE s.project_id = $1 AND s.trigger_id = $2
+),
+spec AS (
+    SELECT EXISTS (SELECT 1 FROM qlsched.triggers AS t
+                    WHERE t.project_id = $1 AND t.trigger_id = $2
+                      AND t.revision = $7 AND t.content_digest = $12::text) AS ok
 ),
 upd AS (
     UPDATE qlsched.trigger_schedules AS s
@@ -97,17 +111,18 @@ upd AS (
            claim_token = NULL,
            claim_expires_at_ms = NULL,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
-      FROM now
+      FROM now, spec
      WHERE s.project_id = $1 AND s.trigger_id = $2
        AND s.claim_owner = $3 AND s.claim_token = $4 AND s.claim_version = $5
        AND s.claim_expires_at_ms > now.ms AND s.state_version = $6
        AND s.trigger_revision = $7 AND s.next_fire_at_ms IS NOT DISTINCT FROM $8::bigint
+       AND spec.ok
  RETURNING s.updated_at_ms
 )
 SELECT (SELECT u.updated_at_ms FROM upd AS u) AS settled_at_ms, now.ms AS now_ms,
-       cur.trigger_revision, cur.claim_owner, cur.claim_token, cur.claim_version,
-       cur.claim_expires_at_ms, cur.state_version, cur.next_fire_at_ms
-  FROM now LEFT JOIN cur ON true;
+       spec.ok AS spec_ok, cur.trigger_revision, cur.claim_owner, cur.claim_token,
+       cur.claim_version, cur.claim_expires_at_ms, cur.state_version, cur.next_fire_at_ms
+  FROM now CROSS JOIN spec LEFT JOIN cur ON true;
 
 -- name: due_backlog
 -- Active rows due now by the database clock, claimed or not (the backlog gauge).
