@@ -79,6 +79,11 @@ CLAIM_FAILED: Final = "claim_task_failed"
 SPEC_INVALID: Final = "spec_invalid"
 ADMIT_FAILED: Final = "admit_error"
 ADMIT_MISMATCH: Final = "admit_mismatch"
+LEASE_OVERRUN: Final = "lease_overrun"
+
+ADMIT_MARGIN_S: Final = 1.0
+"""A round whose claims are older than the lease less this (by Trio's clock, from before the
+claim statement) does not send its admit: every fence would fail on expiry."""
 
 
 class RoundStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -214,6 +219,9 @@ class Coordinator:
         self._owner = config.owner
         self._lease_ms = config.lease_ms
         self._budget = max(1, min(config.claim_budget, CLAIM_BUDGET_HARD_CAP))
+        self._round_budget = self._budget
+        """Halved after a round that outlived its lease, doubled back after one that did
+        not: a round too slow for its lease claims less instead of failing the same way."""
         self._specs: OrderedDict[_SpecKey, TriggerSpec | _InvalidSpec] = OrderedDict()
         self._spec_cache_size = max(1, spec_cache_size)
         self.sink: Final = sink
@@ -245,12 +253,13 @@ class Coordinator:
             Safe at any point: a claim whose write was cut is left to expire. The caller's
             cancel scope bounds the whole round (the stop deadline).
         """
+        budget = self._round_budget
         if stop is not None and stop.is_set():
-            return RoundStats(budget=self._budget, stopping=True)
+            return RoundStats(budget=budget, stopping=True)
         started = trio.current_time()
         tally = _Tally()
         try:
-            claims = await self._store.claim(self._owner, self._budget, self._lease_ms)
+            claims = await self._store.claim(self._owner, budget, self._lease_ms)
             tally.claimed = len(claims)
             tally.stopping = stop is not None and stop.is_set()
             fires: list[FireRequest] = []
@@ -258,10 +267,10 @@ class Coordinator:
                 for claim in claims:
                     nursery.start_soon(self._settle, claim, stop, fires, tally)
             if fires:
-                await self._admit(fires, tally)
+                await self._admit_in_lease(fires, tally, started)
         finally:
             duration_ms = (trio.current_time() - started) * 1000
-            stats = tally.freeze(self._budget, duration_ms)
+            stats = tally.freeze(budget, duration_ms)
             self.metrics.observe_round(stats)
         return stats
 
@@ -322,6 +331,20 @@ class Coordinator:
                     trigger_id=claim.trigger_id,
                 )
             )
+
+    async def _admit_in_lease(
+        self, fires: list[FireRequest], tally: _Tally, started: float
+    ) -> None:
+        """Admit the round's Fires, unless the round has outlived its lease: then let the
+        claims go (they expire; the next claimer decides the same occurrences) and claim
+        less next time, instead of sending an admit whose every fence fails."""
+        if trio.current_time() - started > self._lease_ms / 1000 - ADMIT_MARGIN_S:
+            tally.errors[LEASE_OVERRUN] += 1
+            self.sink.emit(Diagnostic(code=LEASE_OVERRUN, replica=self._owner, count=len(fires)))
+            self._round_budget = max(1, self._round_budget // 2)
+            return
+        await self._admit(fires, tally)
+        self._round_budget = min(self._budget, self._round_budget * 2)
 
     async def _admit(self, fires: list[FireRequest], tally: _Tally) -> None:
         try:

@@ -20,16 +20,13 @@ from typing import Literal
 import msgspec
 
 from qlsched.core.cron import CronSchedule, next_after
+from qlsched.core.cron_count import count_between
 from qlsched.core.outcomes import Decision, Fire, Initialize, NotDue, Skip
 
 MisfirePolicy = Literal["skip", "fire_once"]
 
 MISFIRE_GRACE_MS_MAX = 86_400_000
 MISFIRE_GRACE_MS_DEFAULT = 60_000
-
-COUNT_CAP = 1_000_000
-"""Counting passed-over occurrences stops here (an every-second trigger down for 11 days);
-the counter then records the cap, which is still far from silent."""
 
 
 class TriggerSpec(msgspec.Struct, frozen=True):
@@ -40,18 +37,6 @@ class TriggerSpec(msgspec.Struct, frozen=True):
     misfire_grace_ms: int = MISFIRE_GRACE_MS_DEFAULT
 
 
-def _passed_over(cron: CronSchedule, first_after_cursor: int, now_ms: int) -> tuple[int, int]:
-    """Occurrences in ``(cursor, now]`` and the first occurrence after ``now``."""
-    count = 0
-    t = first_after_cursor
-    while t <= now_ms and count < COUNT_CAP:
-        count += 1
-        t = next_after(cron, t)
-    if t <= now_ms:  # cap reached: jump straight past now
-        t = next_after(cron, now_ms)
-    return count, t
-
-
 def decide(spec: TriggerSpec, cursor_ms: int | None, now_ms: int) -> Decision:
     """Decide one claimed schedule row. Pure: same inputs, same decision."""
     if cursor_ms is None:
@@ -59,8 +44,14 @@ def decide(spec: TriggerSpec, cursor_ms: int | None, now_ms: int) -> Decision:
     if now_ms < cursor_ms:
         return NotDue()
     # Common case: the first occurrence after the cursor is already in the future, so the
-    # count is 0 and that occurrence is nxt(now): one cron step per decision.
-    passed, nxt = _passed_over(spec.cron, next_after(spec.cron, cursor_ms), now_ms)
+    # count is 0 and that occurrence is nxt(now): one cron step per decision. Otherwise the
+    # passed-over occurrences are counted, not stepped through: a decision's cost must not
+    # grow with how late it is (an every-second trigger a year late passes 31 million).
+    nxt = next_after(spec.cron, cursor_ms)
+    passed = 0
+    if nxt <= now_ms:
+        passed = count_between(spec.cron, cursor_ms, now_ms)
+        nxt = next_after(spec.cron, now_ms)
     if now_ms - cursor_ms <= spec.misfire_grace_ms or spec.misfire_policy == "fire_once":
         return Fire(scheduled_for_ms=cursor_ms, next_ms=nxt, coalesced=passed)
     return Skip(next_ms=nxt, skipped=1 + passed)

@@ -15,7 +15,14 @@ import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 from qlsched.cluster.coordinator import Coordinator, RoundStats
 from qlsched.core.cron import CronSchedule
-from tests.lifecycle.conftest import BASE_MS, MINUTE_MS, AheadStore, make_replica, on
+from tests.lifecycle.conftest import (
+    BASE_MS,
+    MINUTE_MS,
+    AheadStore,
+    make_replica,
+    mock_now_ms,
+    on,
+)
 from tests.support.memory_store import MemoryStore
 
 pytestmark = pytest.mark.lifecycle
@@ -329,3 +336,37 @@ async def test_round_is_recorded_in_metrics(autojump_clock: MockClock) -> None:
     assert sample(text, "qlsched_schedule_lag_seconds_count") == 1
     assert sample(text, "qlsched_schedule_lag_seconds_sum") == (BASE_MS - TICK_MS) / 1000
     assert sample(text, "qlsched_round_duration_seconds_count") == 1
+
+
+async def test_a_round_that_outlives_its_lease_lets_go_and_claims_less(
+    autojump_clock: MockClock,
+) -> None:
+    """Rule (issue #14, hole 3): a round whose work outlived its lease sends no admit (every
+    fence would fail on expiry), reports ``lease_overrun``, and claims half as many rows
+    next round, doubling back once rounds fit again; the occurrence is not lost: the next
+    round admits it under the same key."""
+    slow = [True]
+
+    async def slow_first_initialize(called: str) -> None:
+        if called == "initialize" and slow.pop():
+            await trio.sleep(31)  # the round's other work takes longer than the lease
+
+    store = MemoryStore(mock_now_ms, hook=slow_first_initialize)
+    r = make_replica(store, claim_budget=16)
+    store.add_trigger("p", "new", "* * * * *")
+    store.add_trigger("p", "due", "* * * * *", misfire_policy="fire_once")
+    store.set_cursor("p", "due", TICK_MS)
+
+    first = await r.coordinator.run_round()
+
+    assert (first.claimed, first.fired, first.admitted) == (2, 1, 0)
+    assert first.errors == {coordinator_module.LEASE_OVERRUN: 1}
+    assert [m for m, _ in store.calls if m == "admit"] == []
+    assert r.codes() == [coordinator_module.LEASE_OVERRUN]
+    assert not store.runs
+
+    second = await r.coordinator.run_round()  # the first round's claims have expired
+    assert second.budget == 8
+    assert (second.claimed, second.admitted) == (2, 1)
+    assert [run.scheduled_for_ms for run in store.runs.values()] == [TICK_MS]
+    assert (await r.coordinator.run_round()).budget == 16

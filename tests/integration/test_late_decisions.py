@@ -1,0 +1,68 @@
+"""A long outage does not make the cluster livelock (issue #14, hole 3): a decision's cost
+does not grow with how late it is, so a round of triggers a year late decides and admits
+well inside the default lease, with the exact passed-over count."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from tests.integration.adapter_support import Env, open_env, trigger, trigger_ids
+from tests.support.pg import TestDatabase
+
+pytestmark = pytest.mark.integration
+
+YEAR_MS = 365 * 86_400_000
+TRIGGERS = 16
+
+
+@pytest.fixture
+async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
+    async with open_env(pg_db) as opened:
+        yield opened
+
+
+async def test_every_second_triggers_a_year_late_are_admitted_at_once(env: Env) -> None:
+    """Rule: 16 ``fire_once`` every-second triggers in Europe/Berlin, a year late (31.5
+    million passed-over occurrences each), are admitted by the first round of a replica with
+    the default lease and budget; each Run is the cursor's occurrence, and each row's
+    ``coalesced_total`` is exactly the seconds between the cursor and the new cursor, so
+    nothing is lost silently. Counting by stepping took a minute and a half per round here,
+    past the lease, every round."""
+    ids = trigger_ids(TRIGGERS)
+    await env.publish(
+        PublishFile(
+            projects=[ProjectEntry(id="p")],
+            tasks=[TaskEntry(project="p", id="task", command="true")],
+            triggers=[
+                trigger("p", t, cron="* * * * * *", misfire="fire_once", timezone="Europe/Berlin")
+                for t in ids
+            ],
+        )
+    )
+    now = await env.now_ms()
+    cursor = (now - YEAR_MS) // 1000 * 1000
+    await env.su_exec("UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $1", cursor)
+    config = Config(owner="r1")
+    coordinator = Coordinator(env.store, config, env.sink, Metrics())
+
+    stats = await coordinator.run_round()
+
+    assert (stats.claimed, stats.admitted) == (TRIGGERS, TRIGGERS), stats
+    assert stats.duration_ms < config.lease_ms / 10, stats
+    rows = await env.su(
+        "SELECT s.trigger_id, s.next_fire_at_ms, s.coalesced_total, r.scheduled_for_ms"
+        " FROM qlsched.trigger_schedules AS s JOIN qlsched.runs AS r USING (trigger_id)"
+    )
+    assert len(rows) == TRIGGERS
+    for row in rows:
+        assert row["scheduled_for_ms"] == cursor
+        # every second in (cursor, next cursor) was passed over: counted, not admitted
+        assert row["coalesced_total"] == (row["next_fire_at_ms"] - cursor) // 1000 - 1
+        assert row["coalesced_total"] >= YEAR_MS // 1000
+    assert stats.coalesced == sum(r["coalesced_total"] for r in rows)
