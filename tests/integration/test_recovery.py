@@ -6,6 +6,7 @@ exactly one thing as the superuser, the way a dispatcher or worker would have.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,7 @@ import trio
 
 from qlsched.core.outcomes import Admitted
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.queries import query as query_text
 from qlsched.postgres.recovery import RecoveryCandidate, recover, recovery_candidates
 from tests.integration.adapter_support import LEASE_MS, Env, fire_for, one_project, open_env
 from tests.support.pg import TestDatabase
@@ -208,3 +210,53 @@ async def test_recovery_runs_with_the_runtime_role_only(env: Env) -> None:
     assert await env.runtime(who) == "qlsched_runtime"
     report = await recover(env.claim_db, replica="r1")
     assert report.marked == 1
+
+
+HISTORY = 200_000
+
+
+async def test_recovery_cost_follows_live_work_not_history(env: Env) -> None:
+    """Rule (issue #14, hole 4): startup recovery reads only non-terminal Attempts, through
+    an index: with 200,000 terminal Attempts in the history and one drifted live Attempt,
+    the recovery source touches a handful of pages (no scan, no aggregate over the history)
+    and still finds that one candidate. It read every attempt ever before, and at a million
+    a replica's first start hit the runtime role's statement timeout."""
+    [live] = await admitted(env)
+    await env.su_exec(
+        "UPDATE qlsched.attempts SET state = 'dispatching' WHERE attempt_id = $1",
+        live.attempt_id,
+    )
+    await env.su_exec(
+        "INSERT INTO qlsched.runs SELECT gen_random_uuid(), r.project_id, r.trigger_id,"
+        " r.trigger_revision, r.task_id, r.task_revision, r.execution_revision_id, g,"
+        " 'history:' || g, 'succeeded', 'runtime', g, false, g, r.admitted_by_owner,"
+        " r.admitted_claim_token, r.admitted_claim_version"
+        " FROM qlsched.runs AS r, generate_series(1, $1) AS g",
+        HISTORY,
+    )
+    await env.su_exec(
+        "INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,"
+        " created_at_ms) SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker', 'succeeded',"
+        " r.created_at_ms FROM qlsched.runs AS r WHERE r.state = 'succeeded'"
+    )
+    await env.su_exec("ANALYZE qlsched.runs; ANALYZE qlsched.attempts")
+
+    async def explain(conn: Connection) -> Any:
+        await conn.execute("SET enable_seqscan = off")  # as a replica's pools run
+        return await conn.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query_text("recovery_candidates")
+        )
+
+    [plan] = json.loads(await env.runtime(explain))
+    nodes = list(walk(plan["Plan"]))
+    assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Aggregate", "HashAggregate")]
+    assert "attempts_live_idx" in {n.get("Index Name") for n in nodes}
+    touched = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+    assert touched < 50, touched
+    assert [c.attempt_id for c in await candidates(env)] == [live.attempt_id]
+
+
+def walk(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from walk(child)
