@@ -4,14 +4,16 @@ revisions, triggers and their schedule rows.
 Same content is a no-op: no revision or version moves. Changed content is a new revision:
 the schedule's cursor and claim are cleared and its state and claim versions incremented,
 so every older claim fails its fence forever. A task change re-pins (and so re-revisions)
-every trigger of that task. Triggers missing from the file are left alone unless
-``prune`` (then disabled, never deleted). Publishers take turns on an advisory lock.
+every trigger of that task in the same transaction, whether the file lists it or not
+(reported ``repinned``): a trigger left pinned to the old task revision would fail its
+admit forever. Triggers missing from the file are otherwise left alone unless ``prune``
+(then disabled, never deleted). Publishers take turns on an advisory lock.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -28,7 +30,7 @@ from qlsched.core.specs import (
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
-Change = Literal["added", "changed", "unchanged", "disabled"]
+Change = Literal["added", "changed", "unchanged", "disabled", "repinned"]
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -117,6 +119,20 @@ async def _publish_trigger(
     return "changed"
 
 
+def _stored_trigger(project_id: str, row: Any, *, enabled: bool) -> TriggerEntry:
+    """A published trigger as a file entry, to publish it again (disabled, or re-pinned)."""
+    return TriggerEntry(
+        project=project_id,
+        id=row["trigger_id"],
+        task=row["task_id"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        misfire=row["misfire_policy"],
+        misfire_grace_ms=row["misfire_grace_ms"],
+        enabled=enabled,
+    )
+
+
 async def publish(conn: Connection, spec: PublishFile, *, prune: bool = False) -> PublishResult:
     """Publish a validated file in one transaction (the caller decoded and validated it)."""
     projects: dict[str, Change] = {}
@@ -141,16 +157,17 @@ async def publish(conn: Connection, spec: PublishFile, *, prune: bool = False) -
                     key = f"{p.id}/{row['trigger_id']}"
                     if key in triggers or not row["enabled"]:
                         continue
-                    disabled = TriggerEntry(
-                        project=p.id,
-                        id=row["trigger_id"],
-                        task=row["task_id"],
-                        cron=row["cron"],
-                        timezone=row["timezone"],
-                        misfire=row["misfire_policy"],
-                        misfire_grace_ms=row["misfire_grace_ms"],
-                        enabled=False,
-                    )
+                    disabled = _stored_trigger(p.id, row, enabled=False)
                     await _publish_trigger(conn, disabled, active[p.id], now)
                     triggers[key] = "disabled"
+        for t in spec.tasks:
+            if tasks[f"{t.project}/{t.id}"] != "changed":
+                continue
+            for row in await conn.fetch(query("triggers_of_task"), t.project, t.id):
+                key = f"{t.project}/{row['trigger_id']}"
+                if key in triggers:
+                    continue
+                entry = _stored_trigger(t.project, row, enabled=row["enabled"])
+                if await _publish_trigger(conn, entry, active[t.project], now) != "unchanged":
+                    triggers[key] = "repinned"
     return PublishResult(projects=projects, tasks=tasks, triggers=triggers)

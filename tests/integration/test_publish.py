@@ -31,6 +31,7 @@ from tests.integration.adapter_support import (
     fire_for,
     one_project,
     open_env,
+    run_round,
     trigger,
 )
 from tests.support.pg import TestDatabase
@@ -502,3 +503,45 @@ def test_hostile_cron_and_timezone_are_rejected(field: str, value: str) -> None:
         decode_publish_file(raw)
 
     assert str(caught.value).startswith(f'triggers[0] (id "t"): {field}: '), str(caught.value)
+
+
+async def test_a_task_change_repins_every_trigger_of_the_task(env: Env) -> None:
+    """Rule (issue #14, hole 2): a publish that changes a task re-pins every trigger of that
+    task in the same transaction, including triggers its file does not list (reported
+    ``repinned``), so none is left pinned to the old task revision and refused at every
+    admit forever. Triggers of other tasks are untouched; both triggers keep firing."""
+    first = PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[
+            TaskEntry(project="p", id="t", command="v1"),
+            TaskEntry(project="p", id="other", command="same"),
+        ],
+        triggers=[
+            trigger("p", "x", task="t"),
+            trigger("p", "y", task="t"),
+            trigger("p", "z", task="other"),
+        ],
+    )
+    await env.publish(first)
+    before = await env.schedules()
+    second = PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[TaskEntry(project="p", id="t", command="v2")],
+        triggers=[trigger("p", "x", task="t")],
+    )
+
+    result = await env.publish(second)
+
+    assert result.tasks == {"p/t": "changed"}
+    assert result.triggers == {"p/x": "changed", "p/y": "repinned"}
+    pins = {
+        r["trigger_id"]: (r["revision"], r["task_revision"])
+        for r in await env.su("SELECT trigger_id, revision, task_revision FROM qlsched.triggers")
+    }
+    assert pins == {"x": (2, 2), "y": (2, 2), "z": (1, 1)}
+    after = await env.schedules()
+    assert after["z"] == before["z"]
+    await env.make_due()
+    outcomes = (await run_round(env.store, "r1", 16, LEASE_MS)).outcomes
+    assert sorted(o.trigger_id for o in outcomes if isinstance(o, Admitted)) == ["x", "y", "z"]
+    assert (await env.publish(second)).triggers == {"p/x": "unchanged"}

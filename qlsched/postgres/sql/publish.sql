@@ -114,3 +114,12 @@ SELECT t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy, t.misfire_
   FROM qlsched.triggers AS t
  WHERE t.project_id = $1
  ORDER BY t.trigger_id;
+
+-- name: triggers_of_task
+-- Every trigger pinned to task $2 of project $1, with what its digest is computed from: a
+-- changed task re-pins them all, listed in the file or not.
+SELECT t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
+       t.task_id
+  FROM qlsched.triggers AS t
+ WHERE t.project_id = $1 AND t.task_id = $2
+ ORDER BY t.trigger_id;
