@@ -394,13 +394,18 @@ class Coordinator:
                 # A lost race is normal operation (a takeover after expiry, a re-publish):
                 # counted by part, not reported.
                 tally.fence_lost[part] += 1
-            case RevisionChanged():
+            case RevisionChanged(part=part):
+                # A trigger or cursor change is a re-publish racing this round: it heals.
+                # A task or execution pin that moved without its trigger does not.
                 tally.revision_changed += 1
-            case Inactive():
+                if part in ("task", "execution"):
+                    self._refused(outcome, part)
+            case Inactive(reason=reason):
                 tally.inactive += 1
-            case DigestInvalid():
+                self._refused(outcome, reason)
+            case DigestInvalid(part=part):
                 tally.digest_invalid += 1
-                self._report(outcome)
+                self._refused(outcome, part)
             case CommitUnknown(exception=exception):
                 tally.commit_unknown += 1
                 self._report(outcome, exception=exception)
@@ -413,9 +418,24 @@ class Coordinator:
             case _:
                 assert_never(outcome)
 
+    def _refused(self, outcome: RevisionChanged | Inactive | DigestInvalid, part: str) -> None:
+        """An admit refused for a reason that does not heal by itself, until an operator
+        re-publishes: a diagnostic naming it, and a metric by outcome and part."""
+        code = outcome_code(outcome)
+        self.metrics.count_refused(code, part)
+        self.sink.emit(
+            Diagnostic(
+                code=code,
+                replica=self._owner,
+                project_id=outcome.project_id,
+                trigger_id=outcome.trigger_id,
+                part=part,
+            )
+        )
+
     def _report(
         self,
-        outcome: DigestInvalid | CommitUnknown | RetryExhausted | StoreFailed,
+        outcome: CommitUnknown | RetryExhausted | StoreFailed,
         *,
         sqlstate: str | None = None,
         exception: str | None = None,

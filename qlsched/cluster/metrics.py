@@ -136,6 +136,13 @@ class Metrics:
         self.errors: Final = Counter(
             "qlsched_errors", "Errors by diagnostic code.", ["code"], registry=r
         )
+        self.refused: Final = Counter(
+            "qlsched_admits_refused",
+            "Admits refused for a reason that lasts until a re-publish (a pin that moved, a"
+            " digest that does not verify, an inactive project or trigger).",
+            ["outcome", "part"],
+            registry=r,
+        )
         self.round_duration: Final = Histogram(
             "qlsched_round_duration_seconds",
             "Wall time of one coordinator round.",
@@ -190,6 +197,9 @@ class Metrics:
     def observe_lag_ms(self, lag_ms: int) -> None:
         """One admitted Run's lag; negative values (impossible with one clock) count as 0."""
         self.schedule_lag.observe(max(lag_ms, 0) / 1000)
+
+    def count_refused(self, outcome: str, part: str) -> None:
+        self.refused.labels(outcome, part).inc()
 
     def count_error(self, code: str, n: int = 1) -> None:
         self.errors.labels(code).inc(n)

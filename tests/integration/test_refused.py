@@ -1,0 +1,83 @@
+"""A trigger the cluster cannot admit is impossible to miss (issue #14, hole 2): a refusal
+that lasts until a re-publish is named by a diagnostic and a metric on the replica that met
+it, and by a database-wide read that ``status`` and ``check`` show."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from qlsched.postgres.health import RefusedTrigger, refused_triggers
+from tests.integration.adapter_support import Env, open_env, trigger
+from tests.support.pg import TestDatabase
+
+pytestmark = pytest.mark.integration
+
+# Each leaves the schedule row active and the trigger row as published, and makes every
+# admit of p/y refuse for a reason no replica can heal.
+STRANDINGS = {
+    "revision_changed:task": "UPDATE qlsched.tasks SET revision = revision + 1"
+    " WHERE task_id = 'ty'",
+    "revision_changed:execution": "UPDATE qlsched.execution_revisions SET task_revision = 9"
+    " WHERE task_id = 'ty'",
+    "digest_invalid:task": "UPDATE qlsched.tasks SET content_digest = repeat('0', 64)"
+    " WHERE task_id = 'ty'",
+    "inactive:trigger_disabled": "UPDATE qlsched.triggers SET enabled = false"
+    " WHERE trigger_id = 'y'",
+}
+
+
+@pytest.fixture
+async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
+    async with open_env(pg_db) as opened:
+        yield opened
+
+
+def refused_sample(metrics: Metrics, outcome: str, part: str) -> float:
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            if s.name == "qlsched_admits_refused_total" and s.labels == {
+                "outcome": outcome,
+                "part": part,
+            }:
+                return s.value
+    return 0.0
+
+
+@pytest.mark.parametrize("reason", sorted(STRANDINGS))
+async def test_a_lasting_refusal_is_named_everywhere(env: Env, reason: str) -> None:
+    """Rule: when every admit of a trigger is refused for a lasting reason, the round that
+    meets it emits a diagnostic naming the trigger and the reason, the replica's metric
+    ``qlsched_admits_refused_total{outcome, part}`` counts it, and the database-wide read
+    (what ``status`` and ``check`` show) lists exactly that trigger with that reason, while
+    its healthy neighbour is admitted and not listed."""
+    await env.publish(
+        PublishFile(
+            projects=[ProjectEntry(id="p")],
+            tasks=[
+                TaskEntry(project="p", id="tx", command="true"),
+                TaskEntry(project="p", id="ty", command="true"),
+            ],
+            triggers=[trigger("p", "x", task="tx"), trigger("p", "y", task="ty")],
+        )
+    )
+    assert await env.runtime(refused_triggers) == []
+    await env.su_exec(STRANDINGS[reason])
+    await env.make_due()
+    metrics = Metrics()
+    coordinator = Coordinator(env.store, Config(owner="r1"), env.sink, metrics)
+
+    stats = await coordinator.run_round()
+
+    outcome, part = reason.split(":")
+    assert stats.admitted == 1
+    [d] = [d for d in env.sink.items if d.trigger_id == "y"]
+    assert (d.code, d.part, d.project_id) == (outcome, part, "p")
+    assert refused_sample(metrics, outcome, part) == 1
+    assert await env.runtime(refused_triggers) == [RefusedTrigger("p", "y", reason)]
