@@ -1,0 +1,54 @@
+"""Config bounds and relations, one row each: the value just inside is accepted, just
+outside is refused naming the option, the bound and the source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qlsched.core.config import BOUNDS, Config, ConfigError, load_config, validate
+
+BASE = {"owner": "r1", "lease_ms": 3_600_000, "stop_timeout_ms": 0, "cadence_ms": 10}
+"""A config where every relation holds whichever single bound a case moves."""
+
+
+def error_of(values: dict[str, Any]) -> str | None:
+    try:
+        validate(Config(**values))
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_each_bound_is_inclusive_and_named(name: str) -> None:
+    """Rule: low and high pass the bound check (a relation with another option may still
+    refuse them); one past either is ConfigError naming the option, bound and source."""
+    low, high = BOUNDS[name]
+    for ok in (low, high):
+        error = error_of({**BASE, name: ok})
+        assert error is None or "out of bounds" not in error, error
+    for bad in (low - 1, high + 1):
+        assert error_of({**BASE, name: bad}) == (
+            f"{name}={bad} is out of bounds {low}..{high} (from default)"
+        )
+
+
+def test_relations_between_options() -> None:
+    """Rule: the lease must outlast the stop deadline and the cadence."""
+    with pytest.raises(ConfigError, match="lease_ms=10000 must be greater than stop_timeout_ms"):
+        validate(Config(owner="r1", lease_ms=10_000, stop_timeout_ms=10_000))
+    with pytest.raises(ConfigError, match="lease_ms"):
+        validate(Config(owner="r1", lease_ms=2_000, stop_timeout_ms=0, cadence_ms=2_000))
+
+
+def test_sources_override_in_order_and_are_named() -> None:
+    """Rule: flags override the environment, which overrides defaults; an error names the
+    source it came from."""
+    config = load_config(
+        env={"QLSCHED_LEASE_MS": "40_000", "QLSCHED_CLAIM_BUDGET": "8"}, flags={"claim_budget": 4}
+    )
+    assert (config.lease_ms, config.claim_budget) == (40_000, 4)
+    with pytest.raises(ConfigError, match=r"\(from environment QLSCHED_CADENCE_MS\)"):
+        load_config(env={"QLSCHED_CADENCE_MS": "5"})

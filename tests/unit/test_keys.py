@@ -1,0 +1,31 @@
+"""The idempotency key and the minted ids: a pure function of (trigger, revision,
+scheduled_for), so a takeover computes the same key; ids are fresh random UUIDv4."""
+
+from __future__ import annotations
+
+import uuid
+
+from qlsched.core.keys import fire_request, idempotency_key
+from qlsched.core.outcomes import Fire
+from tests.unit.test_fence_parts import CLAIM
+
+
+def test_key_format() -> None:
+    """Rule: ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>, no project."""
+    assert idempotency_key("backup", 3, 1_767_225_600_000) == "ql3:cron:v1:backup:3:1767225600000"
+
+
+def test_same_occurrence_same_key_new_ids() -> None:
+    """Rule: two replicas deciding the same claim mint different Run/Attempt ids (random v4)
+    and the same key; the Fire's fields pass through unchanged."""
+    fire = Fire(scheduled_for_ms=CLAIM.cursor_ms or 0, next_ms=10**13, coalesced=4)
+    a, b = fire_request(CLAIM, fire), fire_request(CLAIM, fire)
+    assert a.idempotency_key == b.idempotency_key == idempotency_key("t", 3, fire.scheduled_for_ms)
+    assert len({a.run_id, a.attempt_id, b.run_id, b.attempt_id}) == 4
+    assert all(isinstance(i, uuid.UUID) and i.version == 4 for i in (a.run_id, a.attempt_id))
+    assert (a.scheduled_for_ms, a.next_ms, a.coalesced, a.claim) == (
+        fire.scheduled_for_ms,
+        10**13,
+        4,
+        CLAIM,
+    )
