@@ -26,8 +26,6 @@ replica that later claims the row decides the same occurrence under the same key
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 from collections import OrderedDict
 from typing import Final, assert_never
 from zoneinfo import ZoneInfoNotFoundError
@@ -36,6 +34,7 @@ import msgspec
 import trio
 
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.stats import RoundCounts, RoundStats
 from qlsched.core.config import CLAIM_BUDGET_HARD_CAP, Config
 from qlsched.core.cron import CronError, parse_cron
 from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
@@ -84,94 +83,6 @@ LEASE_OVERRUN: Final = "lease_overrun"
 ADMIT_MARGIN_S: Final = 1.0
 """A round whose claims are older than the lease less this (by Trio's clock, from before the
 claim statement) does not send its admit: every fence would fail on expiry."""
-
-
-class RoundStats(msgspec.Struct, frozen=True, kw_only=True):
-    """What one round did; counts of store outcomes are rows, ``*_occurrences`` are cron
-    occurrences. ``budget_exhausted`` is ``claimed == budget``."""
-
-    budget: int
-    claimed: int = 0
-    fired: int = 0
-    """Fire decisions (Run/Attempt ids minted), admitted or not."""
-    admitted: int = 0
-    initialized: int = 0
-    skipped: int = 0
-    released: int = 0
-    not_due: int = 0
-    released_on_stop: int = 0
-    """Claims released undecided because the lifecycle was stopping (also in ``released``
-    when the release succeeded)."""
-    fence_lost: dict[str, int] = msgspec.field(default_factory=dict)
-    revision_changed: int = 0
-    digest_invalid: int = 0
-    inactive: int = 0
-    commit_unknown: int = 0
-    retry_exhausted: int = 0
-    store_failed: int = 0
-    errors: dict[str, int] = msgspec.field(default_factory=dict)
-    """Diagnostic code -> count, for failures that are not store outcomes."""
-    coalesced: int = 0
-    skipped_occurrences: int = 0
-    duration_ms: float = 0.0
-    budget_exhausted: bool = False
-    stopping: bool = False
-    """The lifecycle was stopping by the time the claim statement returned."""
-
-    @property
-    def races_lost(self) -> int:
-        return sum(self.fence_lost.values())
-
-
-@dataclasses.dataclass(slots=True)
-class _Tally:
-    """A round's counts while it runs (one task at a time touches it: Trio is cooperative)."""
-
-    claimed: int = 0
-    fired: int = 0
-    admitted: int = 0
-    initialized: int = 0
-    skipped: int = 0
-    released: int = 0
-    not_due: int = 0
-    released_on_stop: int = 0
-    fence_lost: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    revision_changed: int = 0
-    digest_invalid: int = 0
-    inactive: int = 0
-    commit_unknown: int = 0
-    retry_exhausted: int = 0
-    store_failed: int = 0
-    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    coalesced: int = 0
-    skipped_occurrences: int = 0
-    stopping: bool = False
-
-    def freeze(self, budget: int, duration_ms: float) -> RoundStats:
-        return RoundStats(
-            budget=budget,
-            claimed=self.claimed,
-            fired=self.fired,
-            admitted=self.admitted,
-            initialized=self.initialized,
-            skipped=self.skipped,
-            released=self.released,
-            not_due=self.not_due,
-            released_on_stop=self.released_on_stop,
-            fence_lost=dict(self.fence_lost),
-            revision_changed=self.revision_changed,
-            digest_invalid=self.digest_invalid,
-            inactive=self.inactive,
-            commit_unknown=self.commit_unknown,
-            retry_exhausted=self.retry_exhausted,
-            store_failed=self.store_failed,
-            errors=dict(self.errors),
-            coalesced=self.coalesced,
-            skipped_occurrences=self.skipped_occurrences,
-            duration_ms=duration_ms,
-            budget_exhausted=self.claimed >= budget,
-            stopping=self.stopping,
-        )
 
 
 class _InvalidSpec(msgspec.Struct, frozen=True):
@@ -257,7 +168,7 @@ class Coordinator:
         if stop is not None and stop.is_set():
             return RoundStats(budget=budget, stopping=True)
         started = trio.current_time()
-        tally = _Tally()
+        tally = RoundCounts()
         try:
             claims = await self._store.claim(self._owner, budget, self._lease_ms)
             tally.claimed = len(claims)
@@ -270,7 +181,7 @@ class Coordinator:
                 await self._admit_in_lease(fires, tally, started)
         finally:
             duration_ms = (trio.current_time() - started) * 1000
-            stats = tally.freeze(budget, duration_ms)
+            stats = RoundStats.freeze(tally, budget, duration_ms)
             self.metrics.observe_round(stats)
         return stats
 
@@ -279,7 +190,7 @@ class Coordinator:
         claim: Claim,
         stop: trio.Event | None,
         fires: list[FireRequest],
-        tally: _Tally,
+        tally: RoundCounts,
     ) -> None:
         """Decide one claim and write its result (or queue its Fire for the batch)."""
         try:
@@ -291,7 +202,7 @@ class Coordinator:
             if isinstance(spec, _InvalidSpec):
                 # Left to expire rather than released: a released row is due again at once
                 # and, ordered first, would take the budget from valid rows every round.
-                tally.errors[SPEC_INVALID] += 1
+                tally.count_error(SPEC_INVALID)
                 self.sink.emit(
                     Diagnostic(
                         code=SPEC_INVALID,
@@ -320,7 +231,7 @@ class Coordinator:
                     assert_never(decision)
             self._count(outcome, tally)
         except Exception as exc:
-            tally.errors[CLAIM_FAILED] += 1
+            tally.count_error(CLAIM_FAILED)
             self.sink.emit(
                 from_exception(
                     CLAIM_FAILED,
@@ -333,31 +244,31 @@ class Coordinator:
             )
 
     async def _admit_in_lease(
-        self, fires: list[FireRequest], tally: _Tally, started: float
+        self, fires: list[FireRequest], tally: RoundCounts, started: float
     ) -> None:
         """Admit the round's Fires, unless the round has outlived its lease: then let the
         claims go (they expire; the next claimer decides the same occurrences) and claim
         less next time, instead of sending an admit whose every fence fails."""
         if trio.current_time() - started > self._lease_ms / 1000 - ADMIT_MARGIN_S:
-            tally.errors[LEASE_OVERRUN] += 1
+            tally.count_error(LEASE_OVERRUN)
             self.sink.emit(Diagnostic(code=LEASE_OVERRUN, replica=self._owner, count=len(fires)))
             self._round_budget = max(1, self._round_budget // 2)
             return
         await self._admit(fires, tally)
         self._round_budget = min(self._budget, self._round_budget * 2)
 
-    async def _admit(self, fires: list[FireRequest], tally: _Tally) -> None:
+    async def _admit(self, fires: list[FireRequest], tally: RoundCounts) -> None:
         try:
             outcomes = await self._store.admit(fires)
         except Exception as exc:
             # The store reports every expected failure as an outcome; an exception here is
             # a bug or an unclassified boundary failure. Nothing is retried: the claims
             # expire and the next claimer admits the same occurrences under the same keys.
-            tally.errors[ADMIT_FAILED] += 1
+            tally.count_error(ADMIT_FAILED)
             self.sink.emit(from_exception(ADMIT_FAILED, exc, replica=self._owner, count=len(fires)))
             return
         if len(outcomes) != len(fires):
-            tally.errors[ADMIT_MISMATCH] += 1
+            tally.count_error(ADMIT_MISMATCH)
             self.sink.emit(Diagnostic(code=ADMIT_MISMATCH, replica=self._owner, count=len(fires)))
             return
         for fire, outcome in zip(fires, outcomes, strict=True):
@@ -377,7 +288,7 @@ class Coordinator:
             self._specs.popitem(last=False)
         return spec
 
-    def _count(self, outcome: Outcome, tally: _Tally) -> None:
+    def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
         """Tally one store outcome; report those an operator must see."""
         match outcome:
             case Admitted(scheduled_for_ms=scheduled_for_ms, admitted_at_ms=admitted_at_ms):
@@ -393,7 +304,7 @@ class Coordinator:
             case FenceLost(part=part):
                 # A lost race is normal operation (a takeover after expiry, a re-publish):
                 # counted by part, not reported.
-                tally.fence_lost[part] += 1
+                tally.fence_lost[part] = tally.fence_lost.get(part, 0) + 1
             case RevisionChanged(part=part):
                 # A trigger or cursor change is a re-publish racing this round: it heals.
                 # A task or execution pin that moved without its trigger does not.

@@ -30,7 +30,8 @@ from typing import Final
 import msgspec
 import trio
 
-from qlsched.cluster.coordinator import Coordinator, RoundStats
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import from_exception
 

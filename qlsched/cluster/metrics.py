@@ -17,36 +17,19 @@ free text, so a scrape can carry no payload or driver message.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final, Protocol, get_args
+from typing import Final, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
-from qlsched.core.outcomes import FencePart
-
-if TYPE_CHECKING:
-    from qlsched.cluster.coordinator import RoundStats
+from qlsched.cluster.stats import RoundStats
+from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 """The media type of ``Metrics.render()`` (the classic text format, version 0.0.4)."""
 
-# Store outcome codes (the ``outcome`` tags of qlsched.core.outcomes), pre-created at 0 so a
-# dashboard sees every series from the first scrape instead of a gap until the first event.
-OUTCOME_CODES: Final = (
-    "admitted",
-    "initialized",
-    "skipped",
-    "released",
-    "fence_lost",
-    "revision_changed",
-    "digest_invalid",
-    "inactive",
-    "commit_unknown",
-    "retry_exhausted",
-    "store_failed",
-)
 
 # A round is a claim statement, a handful of short writes and one batch admit: milliseconds
 # normally, seconds when the database struggles, up to the stop deadline at worst.
@@ -172,17 +155,8 @@ class Metrics:
         self.skips.inc(stats.skipped_occurrences)
         self.coalesced.inc(stats.coalesced)
         by_code = {
-            "admitted": stats.admitted,
-            "initialized": stats.initialized,
-            "skipped": stats.skipped,
-            "released": stats.released,
-            "fence_lost": stats.races_lost,
-            "revision_changed": stats.revision_changed,
-            "digest_invalid": stats.digest_invalid,
-            "inactive": stats.inactive,
-            "commit_unknown": stats.commit_unknown,
-            "retry_exhausted": stats.retry_exhausted,
-            "store_failed": stats.store_failed,
+            code: stats.races_lost if code == "fence_lost" else getattr(stats, code)
+            for code in OUTCOME_CODES
         }
         for code, n in by_code.items():
             if n:

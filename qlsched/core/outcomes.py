@@ -9,7 +9,7 @@ Outcomes of the store are values, never exceptions: a lost race is normal operat
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
@@ -140,8 +140,18 @@ Outcome = (
 )
 
 
-def outcome_code(outcome: Outcome | Decision) -> str:
-    """The stable tag of a variant: the diagnostic code and the metric label."""
-    tag = type(outcome).__struct_config__.tag
+def outcome_code_of(variant: type[msgspec.Struct]) -> str:
+    """The stable tag of a variant class."""
+    tag = variant.__struct_config__.tag
     assert isinstance(tag, str)
     return tag
+
+
+def outcome_code(outcome: Outcome | Decision) -> str:
+    """The stable tag of a variant: the diagnostic code and the metric label."""
+    return outcome_code_of(type(outcome))
+
+
+OUTCOME_CODES: Final = tuple(outcome_code_of(variant) for variant in get_args(Outcome))
+"""Every store outcome's tag, in the union's order: the metric labels, pre-created at 0 so
+a dashboard sees each series from the first scrape."""

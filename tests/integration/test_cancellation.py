@@ -31,9 +31,10 @@ from typing import Final, Literal, TypeVar
 import pytest
 import trio
 
-from qlsched.cluster.coordinator import Coordinator, RoundStats
+from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import Config, validate
 from qlsched.core.diagnostics import MemorySink
 from qlsched.postgres.pool import Connection, Database, open_database

@@ -13,7 +13,8 @@ from trio.testing import MockClock
 import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
-from qlsched.cluster.coordinator import Coordinator, RoundStats
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.stats import RoundStats
 from qlsched.core.cron import CronSchedule
 from tests.lifecycle.conftest import (
     BASE_MS,
