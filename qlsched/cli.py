@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-timeout-ms", type=int, help="drain deadline on stop (default 10000)")
     p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules")
     p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
+    p.add_argument(
+        "--summary",
+        type=float,
+        metavar="SECONDS",
+        help="print a one-line summary this often (default 10 on a terminal, 0 = off)",
+    )
 
     p = subs["status"]
     _add_database_options(p, role="observer")

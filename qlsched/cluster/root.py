@@ -133,7 +133,9 @@ async def open_cluster_control(
         readiness = await claim_db.run(ready_fn)
         if not readiness.ready:
             sink.emit(Diagnostic(code="schema_not_ready", count=len(readiness.findings)))
-            raise SchemaNotReady("schema not ready: " + "; ".join(readiness.findings))
+            raise SchemaNotReady(
+                "schema not ready: " + "; ".join(readiness.findings), readiness.findings
+            )
         trace.append("ready")
         recovery = await recover(claim_db, replica=config.owner)
         if recovery.marked:

@@ -1,4 +1,9 @@
-"""``qlsched publish FILE``: projects, tasks, triggers from TOML (admin DSN), all or nothing."""
+"""``qlsched publish FILE``: projects, tasks, triggers from TOML (admin DSN), all or nothing.
+
+The file is validated before anything connects; an empty file is bad input (it would
+publish nothing and say nothing). The DSN's role is checked once before any write, so a
+runtime or observer DSN is named as such instead of failing on a table's permissions.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import os
 from qlsched.commands._common import fail, run_command
 from qlsched.core.config import load_config
 from qlsched.core.specs import SpecError, decode_publish_file
+from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import PublishResult, publish
 
@@ -24,6 +30,11 @@ def main(args: argparse.Namespace) -> int:
             spec = decode_publish_file(raw)  # validate before connecting
         except SpecError as exc:
             raise SpecError(f"{args.file}: {exc}") from None
+        if not (spec.projects or spec.tasks or spec.triggers):
+            raise SpecError(
+                f"{args.file}: nothing to publish: the file has no [[projects]], [[tasks]] "
+                "or [[triggers]] (see examples/triggers.toml)"
+            )
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )
@@ -31,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
             return fail("publish", "--dsn (or QLSCHED_DSN) is required: the admin role's DSN", 2)
 
         async def fn(conn: Connection) -> PublishResult:
+            require(await read_login(conn, ADMIN), command="publish", role=ADMIN)
             return await publish(conn, spec, prune=args.prune)
 
         result = await connect_once(config.dsn, fn)

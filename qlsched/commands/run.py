@@ -1,27 +1,38 @@
 """``qlsched run``: one cluster-control replica until SIGINT or SIGTERM, then stop in order.
 
-Config is validated before anything connects (exit 2 on a bad value). Without a DSN the
-replica runs on the embedded database in a persistent data directory (a development mode:
-one replica, the database stopped with it). On SIGINT/SIGTERM: withdraw admission, drain
-the scheduler within ``stop_timeout_ms``, close the pools; exit 0 after a clean stop.
+Config is validated before anything connects (exit 2 on a bad value). Then, once, before the
+replica starts: the ``--http`` address is tried (a port in use is one line, exit 1), and the
+DSN's role is read (an admin or observer DSN is named, exit 2; a superuser is warned about;
+a database without the schema says to run ``init-db``). Without a DSN the replica runs on the
+embedded database in a persistent data directory (a development mode).
+
+On SIGINT/SIGTERM: withdraw admission, drain the scheduler within ``stop_timeout_ms``, close
+the pools; exit 0 after a clean stop. ``--summary SECONDS`` prints a one-line summary of the
+replica's counters at that interval (default: every 10 s when stderr is a terminal).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import socket
 import sys
-from typing import IO
+from typing import IO, Final
 
 import msgspec
 import trio
 
-from qlsched.cluster.root import open_cluster_control
+from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import embedded_database, fail, run_command
+from qlsched.commands._summary import Summary
 from qlsched.core.config import Config, ConfigError, load_config
-from qlsched.core.diagnostics import DiagnosticSink
+from qlsched.core.diagnostics import DiagnosticSink, route_library_logs
+from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.initdb import init_db
+from qlsched.postgres.login import RUNTIME, Login, read_login, require
+from qlsched.postgres.pool import Connection, connect_once
 
 FLAGS = (
     "dsn",
@@ -36,32 +47,138 @@ FLAGS = (
     "pg_bindir",
 )
 
+SUMMARY_ON_TERMINAL_S: Final = 10.0
+_LISTEN_ERRORS: Final = {
+    errno.EADDRINUSE: "the address is already in use (another replica or service?)",
+    errno.EADDRNOTAVAIL: "the address is not on this machine",
+    errno.EACCES: "permission denied (a port below 1024 needs privileges)",
+}
 
-async def run_replica(config: Config, stream: IO[str] | None = None) -> int:
+
+class CannotListen(Exception):
+    """The ``--http`` address cannot be bound (exit 1: the machine, not the input)."""
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> CannotListen:
+    why = _LISTEN_ERRORS.get(exc.errno or 0, exc.strerror or type(exc).__name__)
+    return CannotListen(f"cannot listen on {host}:{port}: {why}")
+
+
+def check_listen(address: tuple[str, int] | None) -> None:
+    """Bind and release the HTTP address once, so a port in use fails before anything
+    connects (hypercorn would raise it from inside the started replica)."""
+    if address is None or address[1] == 0:
+        return
+    host, port = address
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise CannotListen(f"cannot listen on {host}:{port}: unknown host") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        # The same option hypercorn sets, so a port in TIME_WAIT is not taken for in use.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as exc:
+            raise _listen_error(host, port, exc) from None
+
+
+def _short_not_ready(exc: SchemaNotReady) -> SchemaNotReady:
+    """The first finding, and a pointer to ``check`` for the rest: one short line."""
+    if len(exc.findings) <= 1:
+        return exc
+    more = len(exc.findings) - 1
+    return SchemaNotReady(
+        f"schema not ready: {exc.findings[0]} (and {more} more: run qlsched check)",
+        exc.findings,
+    )
+
+
+async def check_login(dsn: str) -> Login:
+    """Read once who ``dsn`` logs in as; raise unless it may run a replica, warn for a
+    superuser (it works, but bypasses every grant the fence relies on being exact)."""
+
+    async def fn(conn: Connection) -> Login:
+        return await read_login(conn, RUNTIME)
+
+    login = await connect_once(dsn, fn)
+    require(login, command="run", role=RUNTIME)
+    if login.superuser:
+        print(
+            f"qlsched run: warning: this DSN logs in as superuser {login.login}; "
+            f"a replica should log in as {RUNTIME}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return login
+
+
+async def _print_summaries(control: ClusterControl, interval_s: float) -> None:
+    summary = Summary(control.metrics.registry)
+    while True:
+        await trio.sleep(interval_s)
+        print(f"qlsched run: {summary.line(interval_s)}", file=sys.stderr, flush=True)
+
+
+async def run_replica(
+    config: Config, stream: IO[str] | None = None, *, summary_s: float = 0.0
+) -> int:
     sink = DiagnosticSink(stream, replica=config.owner)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_cluster_control(config, sink=sink) as control:
-            where = (
-                f" http://{control.http_address[0]}:{control.http_address[1]}"
-                if (control.http_address)
-                else ""
-            )
-            print(
-                f"qlsched run: replica {config.owner} started{where}", file=sys.stderr, flush=True
-            )
-            async for signum in signals:
+    try:
+        check_listen(config.http_address())
+    except CannotListen as exc:
+        return fail("run", str(exc), 1)
+    assert config.dsn
+    await check_login(config.dsn)
+    with (
+        route_library_logs(sink),
+        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+    ):
+        try:
+            async with open_cluster_control(config, sink=sink) as control:
+                where = (
+                    f" http://{control.http_address[0]}:{control.http_address[1]}"
+                    if (control.http_address)
+                    else ""
+                )
                 print(
-                    f"qlsched run: {signal.Signals(signum).name}: stopping "
-                    f"(deadline {config.stop_timeout_ms} ms)",
+                    f"qlsched run: replica {config.owner} started{where}",
                     file=sys.stderr,
                     flush=True,
                 )
-                break
+                async with trio.open_nursery() as nursery:
+                    if summary_s > 0:
+                        nursery.start_soon(_print_summaries, control, summary_s)
+                    async for signum in signals:
+                        print(
+                            f"qlsched run: {signal.Signals(signum).name}: stopping "
+                            f"(deadline {config.stop_timeout_ms} ms)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        break
+                    nursery.cancel_scope.cancel()
+        except SchemaNotReady as exc:
+            raise _short_not_ready(exc) from None
+        except OSError as exc:
+            # The listener lost a race for its port after check_listen released it.
+            address = config.http_address()
+            if address is None or exc.errno not in _LISTEN_ERRORS:
+                raise
+            return fail("run", str(_listen_error(*address, exc)), 1)
     stats = control.statistics()
     print(
         f"qlsched run: stopped after {stats.lifecycle.rounds} rounds", file=sys.stderr, flush=True
     )
     return 0
+
+
+def _summary_interval(args: argparse.Namespace) -> float:
+    given: float | None = getattr(args, "summary", None)
+    if given is not None:
+        return max(given, 0.0)
+    return SUMMARY_ON_TERMINAL_S if sys.stderr.isatty() else 0.0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,6 +187,7 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=flags)
     except ConfigError as exc:
         return fail("run", str(exc), 2)
+    summary_s = _summary_interval(args)
     stream: IO[str] | None = None
     if config.diagnostics:
         try:
@@ -78,14 +196,16 @@ def main(args: argparse.Namespace) -> int:
             return fail("run", f"diagnostics file {config.diagnostics}: {exc.strerror}", 2)
     try:
         if config.dsn:
-            return run_command("run", lambda: run_replica(config, stream))
+            return run_command("run", lambda: run_replica(config, stream, summary_s=summary_s))
         print("qlsched run: no --dsn, using the embedded database", file=sys.stderr)
         with embedded_database(config.data_dir, config.pg_bindir) as server:
 
             async def embedded() -> int:
                 report = await init_db(server.dsn(), want_passwords=False)
                 runtime = next(r.dsn for r in report.roles if r.role == "qlsched_runtime")
-                return await run_replica(msgspec.structs.replace(config, dsn=runtime), stream)
+                return await run_replica(
+                    msgspec.structs.replace(config, dsn=runtime), stream, summary_s=summary_s
+                )
 
             return run_command("run", embedded)
     finally:

@@ -1,5 +1,10 @@
-"""``qlsched status``: per trigger the next fire time, claim holder and lease left, lag,
-skipped and coalesced counts; recent runs. Observer DSN; ``--json`` for scripts."""
+"""``qlsched status``: per trigger its zone, next fire time, claim holder and lease left, lag,
+skipped and coalesced counts; recent runs. Observer DSN; ``--json`` for scripts.
+
+Tables come from rich: boxed and bold on a terminal, plain whitespace-aligned columns with
+no escape codes when stdout is a pipe or a file. ``--json`` prints one object whose
+``now_ms`` (the database's clock) is given once, at the top level.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,17 @@ import argparse
 import datetime as dt
 import os
 import sys
+from typing import IO
 
 import msgspec
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from qlsched.commands._common import embedded_database, run_command
 from qlsched.core.config import load_config
 from qlsched.postgres.initdb import init_db
+from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import StatusReport, read_status
 
@@ -23,47 +33,82 @@ def _iso(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def render(report: StatusReport) -> str:
-    lines = [f"database time {_iso(report.now_ms)}   due backlog {report.due_backlog}"]
-    header = (
-        f"{'TRIGGER':32} {'CRON':18} {'NEXT FIRE (UTC)':25} {'LAG':>8} {'CLAIM':20} "
-        f"{'LEASE':>7} {'SKIP':>5} {'COAL':>5}"
+def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
+    table = Table(
+        box=box.SIMPLE_HEAD if terminal else None,
+        header_style="bold" if terminal else "",
+        pad_edge=False,
     )
-    lines.append(header)
+    for name, justify in (
+        ("TRIGGER", "left"),
+        ("CRON", "left"),
+        ("ZONE", "left"),
+        ("NEXT FIRE (UTC)", "left"),
+        ("LAG", "right"),
+        ("CLAIM", "left"),
+        ("LEASE", "right"),
+        ("SKIP", "right"),
+        ("COAL", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    now = report.now_ms
     for s in report.schedules:
         lag = "-"
-        if s.next_fire_at_ms is not None and s.next_fire_at_ms <= s.now_ms and s.active:
-            lag = f"{(s.now_ms - s.next_fire_at_ms) / 1000:.1f}s"
+        if s.next_fire_at_ms is not None and s.next_fire_at_ms <= now and s.active:
+            lag = f"{(now - s.next_fire_at_ms) / 1000:.1f}s"
         lease = "-"
         if s.claim_expires_at_ms is not None:
-            lease = f"{max(0, s.claim_expires_at_ms - s.now_ms) / 1000:.1f}s"
-        name = f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)")
-        lines.append(
-            f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
-            f"{(s.claim_owner or '-')[:20]:20} {lease:>7} {s.skipped_total:>5} "
-            f"{s.coalesced_total:>5}"
+            lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
+        table.add_row(
+            f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)"),
+            s.cron,
+            s.timezone,
+            _iso(s.next_fire_at_ms),
+            lag,
+            s.claim_owner or "-",
+            lease,
+            str(s.skipped_total),
+            str(s.coalesced_total),
         )
-    lines.append("")
-    lines.append("recent runs:")
+    return table
+
+
+def render(report: StatusReport, file: IO[str] | None = None) -> None:
+    """Print the report: styled on a terminal, plain text otherwise (same columns)."""
+    out = file if file is not None else sys.stdout
+    terminal = out.isatty()
+    # Off a terminal rich would wrap at 80 columns; a table of long ids must stay one line
+    # per row for grep and awk, so the width is only a ceiling there.
+    console = Console(file=out, highlight=False, width=None if terminal else 1000)
+    console.print(
+        f"database time {_iso(report.now_ms)}   due backlog {report.due_backlog}",
+        markup=False,
+    )
+    if report.schedules:
+        console.print(_schedules_table(report, terminal=terminal))
+    else:
+        console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
+    console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
-        lines.append(
+        console.print(
             f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})"
+            f"{r.state} by {r.admitted_by_owner} (lag {lag})",
+            markup=False,
         )
-    return "\n".join(lines)
 
 
 def main(args: argparse.Namespace) -> int:
     async def body(dsn: str) -> int:
         async def fn(conn: Connection) -> StatusReport:
+            require(await read_login(conn, OBSERVER), command="status", role=OBSERVER)
             return await read_status(conn)
 
         report = await connect_once(dsn, fn)
         if args.json:
             print(msgspec.json.encode(report).decode())
         else:
-            print(render(report))
+            render(report)
         return 0
 
     async def configured() -> int:

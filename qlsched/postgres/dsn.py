@@ -14,6 +14,7 @@ class DsnError(ValueError):
     """A DSN that is not a postgresql:// URI (the message never contains the DSN)."""
 
 
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 _IPV6_HOSTSPEC = re.compile(r"^\[[^\]]+\](?::(.*))?$")
 
 
@@ -65,6 +66,11 @@ def check_dsn(dsn: str) -> None:
         for value in params.get("port", [])[-1:]:
             for port in value.split(","):
                 _check_port(port)
+        for value in params.get("sslmode", [])[-1:]:
+            if value not in SSL_MODES:
+                raise DsnError(
+                    f"the DSN is not valid: sslmode must be one of {', '.join(SSL_MODES)}"
+                )
 
 
 def has_password(dsn: str) -> bool:
@@ -100,6 +106,18 @@ def redact(dsn: str) -> str:
         userinfo = userinfo.split(":", 1)[0] + ":***"
     netloc = f"{userinfo}@{hostport}" if at else hostport
     return urlunsplit((scheme, netloc, path, query, fragment))
+
+
+def database_of(dsn: str) -> str | None:
+    """The database a DSN names (path, else ``?dbname=``), or None when left to defaults."""
+    try:
+        parts = _urlsplit(dsn)
+    except DsnError:
+        return None
+    name = unquote(parts.path.lstrip("/"))
+    if not name and parts.query:
+        name = parse_qs(parts.query).get("dbname", [""])[-1]
+    return name or None
 
 
 def password_of(dsn: str) -> str | None:

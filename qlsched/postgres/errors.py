@@ -11,6 +11,7 @@ No driver message is ever kept: it can echo row data.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -30,7 +31,12 @@ CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "080
 
 
 class SchemaNotReady(RuntimeError):
-    """Readiness failed: the lifecycle must not start. The message lists the findings."""
+    """Readiness failed: the lifecycle must not start. The message lists the findings;
+    ``findings`` keeps them one by one (a command may show the first and point to ``check``)."""
+
+    def __init__(self, message: str, findings: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.findings = tuple(findings)
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -73,15 +79,20 @@ def constraint_name(exc: BaseException) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def describe_connect_error(exc: BaseException) -> str:
-    """One safe line for a failed connect: the class of problem, never the DSN or password."""
+def describe_connect_error(exc: BaseException, *, database: str | None = None) -> str:
+    """One safe line for a failed connect: the class of problem, never the DSN or password.
+    ``database`` (the name the DSN asked for) is named when the server says it is missing."""
     state = sqlstate(exc)
     if state == "28P01":
         return "password authentication failed"
     if state == "28000":
         return "the server refused this role (authentication or pg_hba)"
     if state == "3D000":
-        return "the database does not exist"
+        return (
+            f"the database {database} does not exist"
+            if database
+            else ("the database does not exist")
+        )
     if state == "42501":
         return "permission denied to connect to this database"
     if state is not None and state.startswith("57P"):

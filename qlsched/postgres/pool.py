@@ -22,7 +22,7 @@ import asyncpg
 import trio
 import trio_asyncio
 
-from qlsched.postgres.dsn import DsnError, check_dsn
+from qlsched.postgres.dsn import DsnError, check_dsn, database_of
 from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error
 
 T = TypeVar("T")
@@ -117,7 +117,7 @@ def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | No
 
 
 @contextmanager
-def _connect_errors() -> Iterator[None]:
+def _connect_errors(dsn: str) -> Iterator[None]:
     """Turn a failed connect into our errors: the driver's own DSN rejection (a ValueError)
     is ``DsnError`` (bad input), anything else ``DatabaseUnavailable`` with a safe message."""
     try:
@@ -125,12 +125,12 @@ def _connect_errors() -> Iterator[None]:
     except ValueError:
         raise DsnError("the DSN is not valid") from None
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-        raise DatabaseUnavailable(describe_connect_error(exc)) from None
+        raise DatabaseUnavailable(describe_connect_error(exc, database=database_of(dsn))) from None
 
 
 async def connect(dsn: str, *, connect_timeout: float) -> Connection:
     """One connection, opened on the asyncio side (inside a bridge crossing)."""
-    with _connect_errors():
+    with _connect_errors(dsn):
         conn: Connection = await asyncpg.connect(dsn, timeout=connect_timeout)
     return conn
 
@@ -160,7 +160,7 @@ async def open_database(
         **(settings or {}),
     }
     async with _bridge() as loop:
-        with _connect_errors():
+        with _connect_errors(dsn):
             pool = await trio_asyncio.aio_as_trio(_create_pool, loop=loop)(
                 dsn, min_size, max_size, server_settings, connect_timeout
             )

@@ -1,12 +1,34 @@
-"""What ``qlsched status`` shows, read with the observer role (database time throughout)."""
+"""What ``qlsched status`` shows, read with the observer role (database time throughout).
+
+The report carries the database's clock once (``now_ms``, read even when there is no
+schedule row), and every lag or lease left is computed against it.
+"""
 
 from __future__ import annotations
 
 import msgspec
 
-from qlsched.core.store import ScheduleView
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+
+
+class StatusSchedule(msgspec.Struct, frozen=True):
+    """One schedule row with its trigger's cron and zone (database times, epoch ms)."""
+
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    active: bool
+    cron: str
+    timezone: str
+    next_fire_at_ms: int | None
+    last_scheduled_at_ms: int | None
+    claim_owner: str | None
+    claim_expires_at_ms: int | None
+    skipped_total: int
+    """Occurrences the ``skip`` policy dropped because they were found past the grace."""
+    coalesced_total: int
+    """Occurrences passed over by a Fire that admitted an earlier one (either policy)."""
 
 
 class RecentRun(msgspec.Struct, frozen=True):
@@ -21,13 +43,14 @@ class RecentRun(msgspec.Struct, frozen=True):
 class StatusReport(msgspec.Struct, frozen=True):
     now_ms: int
     due_backlog: int
-    schedules: list[ScheduleView]
+    schedules: list[StatusSchedule]
     recent_runs: list[RecentRun]
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
-    schedules = [ScheduleView(**dict(r)) for r in await conn.fetch(query("list_schedules"), limit)]
+    now_ms = int(await conn.fetchval(query("status_now_ms")))
+    rows = await conn.fetch(query("status_schedules"), limit)
+    schedules = [StatusSchedule(**dict(r)) for r in rows]
     backlog = int(await conn.fetchval(query("due_backlog")))
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
-    now_ms = schedules[0].now_ms if schedules else 0
     return StatusReport(now_ms=now_ms, due_backlog=backlog, schedules=schedules, recent_runs=recent)

@@ -122,6 +122,7 @@ def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
     """id -> (DSN, the one stderr line expected after ``qlsched init-db: ``, exit code):
     2 for a DSN that is bad input, 1 for one that is well formed but does not work."""
     not_a_uri = "the DSN is not valid: it must be a postgresql:// URI"
+    missing = unique_name("qlmissing")
     return {
         "unreachable": (
             "postgresql://postgres:hunter2@127.0.0.1:1/postgres",
@@ -139,8 +140,8 @@ def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
             1,
         ),
         "no-such-database": (
-            cluster.dsn(unique_name("qlmissing")),
-            "the database does not exist",
+            cluster.dsn(missing),
+            f"the database {missing} does not exist",
             1,
         ),
         "not-a-uri": ("host=/nonexistent user=postgres hunter2", not_a_uri, 2),

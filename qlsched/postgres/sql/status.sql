@@ -1,3 +1,17 @@
+-- name: status_now_ms
+-- The database's clock for `status` (one observation; every lag and lease left uses it).
+SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+
+-- name: status_schedules
+-- Schedule rows with their trigger's cron and zone for `status`; $1 = row limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
+       s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
+       s.skipped_total, s.coalesced_total
+  FROM qlsched.trigger_schedules AS s
+  JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT $1;
+
 -- name: recent_runs
 -- The most recent Runs for `status`: $1 = how many.
 SELECT r.project_id, r.trigger_id, r.scheduled_for_ms, r.queued_at_ms, r.state,
