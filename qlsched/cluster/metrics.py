@@ -19,13 +19,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final, Protocol, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
 from qlsched.cluster.stats import RoundStats
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
+
+# The `_created` series (a timestamp per counter and histogram) double the exposition and say
+# nothing a restart counter does not; the switch is process-wide in prometheus_client.
+disable_created_metrics()
 
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 """The media type of ``Metrics.render()`` (the classic text format, version 0.0.4)."""
