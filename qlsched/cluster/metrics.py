@@ -112,7 +112,7 @@ class Metrics:
         )
         self.coalesced: Final = Counter(
             "qlsched_coalesced_occurrences",
-            "Occurrences passed over (not run) by an admitted 'fire_once' catch-up.",
+            "Occurrences passed over (not run) by an admitted late Fire, under either policy.",
             registry=r,
         )
         self.races_lost: Final = Counter(

@@ -1,0 +1,88 @@
+"""``qlsched status`` as a user reads it: a subprocess with the observer DSN.
+
+The report's clock is the database's, read even when nothing is published; ``--json``
+gives that clock once, at the top level, with the rows' other keys unchanged; the table has
+a zone column and, off a terminal (a pipe here), is plain text: one line per trigger and no
+escape codes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qlsched.core.specs import TriggerEntry
+from tests.integration.cluster_support import PROJECT, open_superuser, publish_triggers
+from tests.integration.schema_support import run_cli
+from tests.support.pg import TestDatabase
+
+pytestmark = pytest.mark.integration
+
+ROW_KEYS = {
+    "project_id",
+    "trigger_id",
+    "trigger_revision",
+    "active",
+    "cron",
+    "timezone",
+    "next_fire_at_ms",
+    "last_scheduled_at_ms",
+    "claim_owner",
+    "claim_expires_at_ms",
+    "skipped_total",
+    "coalesced_total",
+}
+
+
+def _trigger(trigger_id: str, timezone: str) -> TriggerEntry:
+    return TriggerEntry(
+        project=PROJECT, id=trigger_id, task="task", cron="0 3 * * *", timezone=timezone
+    )
+
+
+async def test_an_empty_database_shows_the_database_time(pg_db: TestDatabase) -> None:
+    """Rule: with no trigger published, ``status`` still shows the database's clock (not
+    the epoch), in text and in JSON."""
+    async with open_superuser(pg_db) as su:
+        before = await su.now_ms()
+        result = run_cli(["status", "--json", "--dsn", pg_db.observer_dsn])
+        after = await su.now_ms()
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert before <= report["now_ms"] <= after
+    assert report["schedules"] == []
+    text = run_cli(["status", "--dsn", pg_db.observer_dsn])
+    assert text.returncode == 0, text.stderr
+    assert not text.stdout.startswith("database time 1970")
+    assert "no triggers published" in text.stdout
+
+
+async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase) -> None:
+    """Rule: ``status --json`` has ``now_ms`` at the top level only; each schedule row keeps
+    every other key it had."""
+    await publish_triggers(pg_db, [_trigger("a", "UTC"), _trigger("b", "Asia/Shanghai")])
+    result = run_cli(["status", "--json", "--dsn", pg_db.observer_dsn])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == {"now_ms", "due_backlog", "schedules", "recent_runs"}
+    assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
+    assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]
+
+
+async def test_the_table_has_a_zone_column_and_is_plain_off_a_terminal(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: each trigger's IANA zone is a column; piped, the table has no escape codes and
+    one line per trigger, whatever the width of its ids."""
+    long_id = "a-trigger-id-long-enough-to-wrap-an-eighty-column-table"
+    await publish_triggers(pg_db, [_trigger(long_id, "America/New_York")])
+    result = run_cli(["status", "--dsn", pg_db.observer_dsn])
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("TRIGGER"))
+    assert header.split()[:3] == ["TRIGGER", "CRON", "ZONE"]
+    rows = [line for line in lines if long_id in line]
+    assert len(rows) == 1
+    assert "America/New_York" in rows[0]
