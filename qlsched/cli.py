@@ -117,4 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qlsched: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # Whatever command needed the local server (demo, or no --dsn): one line, such as
+        # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
+        # so `next` never loads the embedded module.
+        embedded = sys.modules.get("qlsched.embedded")
+        if embedded is None or not isinstance(exc, embedded.EmbeddedError):
+            raise
+        print(f"qlsched {args.command}: {exc}", file=sys.stderr)
+        return 1
     return code

