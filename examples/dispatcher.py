@@ -9,13 +9,13 @@ revision, whose payload is what a worker will run. Placement - choosing a worker
 the Attempt, tracking it - is the dispatcher's, and begins where this script prints "->".
 
 This example only reads, as ``qlsched_observer`` (SELECT only), so it can run against a live
-cluster. The table and column names it uses are a contract (DESIGN.md §4). Its SQL is inline
+cluster. The table and column names it uses are a contract (docs/contract.md §4). Its SQL is inline
 because it is an example; inside the package, SQL lives in ``qlsched/postgres/sql/``.
 
 Deduplicate on the idempotency key, ``ql3:cron:v1:<trigger>:<revision>:<scheduled_for_ms>``.
 Within one database history there is one Run per occurrence; after an *asynchronous*
 failover the new primary may admit an occurrence again under the same key and
-``scheduled_for`` (DESIGN.md §8), and a dispatcher that restarts re-reads Runs it has already
+``scheduled_for`` (docs/contract.md §8), and a dispatcher that restarts re-reads Runs it has already
 handed out. Keep the keys you dispatched (durably, with a UNIQUE constraint, in a real
 dispatcher) together with the project, since the key does not name it, and skip repeats.
 

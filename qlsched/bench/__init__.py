@@ -1,7 +1,7 @@
 """``qlsched bench``: the project's benchmark, with the raw-SQL ceiling in the same run.
 
-It shows the speed and scale goals of DESIGN.md side by side with what the same statements
-reach without batching, on the same server in the same run:
+It shows the speed and scale goals of docs/contract.md §10 side by side with what the same
+statements reach without batching, on the same server in the same run:
 
 * burst drain: N occurrences due at once, R ``qlsched run`` replica processes, occurrences
   admitted per second, duplicates and lost from the database, SSI retries per admit;

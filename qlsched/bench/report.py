@@ -3,7 +3,7 @@
 One ``BenchReport`` is the whole result; ``--json`` prints it as one JSON object (the key
 names below are a contract: ``machine``, ``postgres_version``, ``drain``,
 ``drain_same_tick``, ``steady``, ``claim_latency_us``, ``rss_mb``, ``ceiling``), otherwise
-``render`` prints it for a reader. Targets compare figures with the goals of DESIGN.md; a
+``render`` prints it for a reader. Targets compare figures with the goals of docs/contract.md §10; a
 missed target is reported, never hidden, and does not change the exit code (exactly once
 does).
 """
@@ -245,7 +245,7 @@ def targets(
     largest = max(claims) if claims else None
     if largest is not None:
         # Both claim sizes are judged: the replicas' k rows per statement, and the ADR's
-        # claim of one row (LIMIT 1), which is what DESIGN's ~0.3 ms figure measured.
+        # claim of one row (LIMIT 1), which is what the design's ~0.3 ms figure measured.
         # The bare round trip timed in the same loop is shown beside them, not subtracted.
         worst = max(c.p99 for c in claims[largest].values())
         worst_k1 = max(c.k1_p99 for c in claims[largest].values())

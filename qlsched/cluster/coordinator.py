@@ -13,7 +13,7 @@ Invariants of a round:
   only when every claim task has ended: rounds cannot overlap by construction;
 - Run and Attempt ids are minted (``keys.fire_request``) only for a ``Fire`` decision;
 - the round's Fires are admitted together in at most one ``store.admit`` call, after the
-  nursery has ended (batch admission, DESIGN §5);
+  nursery has ended (batch admission, docs/contract.md §5);
 - a claim task catches ``Exception`` at its top and reports a diagnostic (class name and
   SQLSTATE only, never the message); ``Cancelled`` and other ``BaseException`` pass;
 - when the lifecycle is stopping, a claim not yet decided is released under its fence

@@ -60,7 +60,7 @@ Grant = tuple[str, str, str | None, str, str]  # kind, object, column, grantee, 
 
 
 def expected_grants(database: str) -> frozenset[Grant]:
-    """DESIGN.md §4's grants, nothing more."""
+    """docs/contract.md §4's grants, nothing more."""
     g: set[Grant] = set()
     for table in (*_SPECS, "trigger_schedules"):
         for priv in ("SELECT", "INSERT", "UPDATE"):

@@ -2,7 +2,7 @@
 
 Role: ``verify_exactly_once`` audits a database after (or while) replicas ran: it reads the
 trigger heads, the Runs with their Attempts and events, all in one read-only REPEATABLE READ
-snapshot (the observer role suffices), and checks the guarantee of DESIGN.md §3/§5 with
+snapshot (the observer role suffices), and checks the guarantee of docs/contract.md §3/§5 with
 core's own cron code:
 
 * no duplicate: at most one Run per (project, trigger, scheduled_for), over every revision;

@@ -1,6 +1,6 @@
 """A database outage under a running control: bounded reconnects, then recovery by itself.
 
-DESIGN §6 and issue "Cluster control": repeated database errors back off (bounded; no busy
+docs/contract.md §6 and issue "Cluster control": repeated database errors back off (bounded; no busy
 loop, at most one connection attempt per second per pool). The control reaches the server
 through ``tests.support.pgproxy``, which counts every client connection it accepts; while
 the server is down the proxy accepts and closes at once (its upstream socket is gone), so

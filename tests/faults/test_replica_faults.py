@@ -410,7 +410,7 @@ async def test_postgres_immediate_restart_under_load(
 async def test_skewed_os_clocks_do_not_change_runs(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:
-    """Rule: decisions use only database time (DESIGN §2).
+    """Rule: decisions use only database time (docs/contract.md §2).
 
     Two replicas whose OS wall clocks are an hour ahead and an hour behind (libfaketime,
     or a sitecustomize shift where it is not installed; the shift is measured first) share
@@ -473,7 +473,7 @@ async def test_stuck_idle_in_transaction_session_is_cut_by_the_role_timeout(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:
     """Rule: a runtime session stalled inside a transaction cannot hold a schedule row past
-    the role's idle_in_transaction_session_timeout (DESIGN §4), far below the lease.
+    the role's idle_in_transaction_session_timeout (docs/contract.md §4), far below the lease.
 
     A qlsched_runtime session locks one schedule row (``SELECT ... FOR UPDATE``) and sits
     idle for longer than the lag bound. The server must end that session (about 1 s), the

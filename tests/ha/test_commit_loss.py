@@ -1,5 +1,6 @@
-"""The COMMIT-response-loss gate (ADR-0105 "Acceptance evidence", DESIGN §5 "COMMIT outcome
-unknown") through the real coordinator, on a primary with a synchronous standby.
+"""The COMMIT-response-loss gate (ADR-0105 "Acceptance evidence", docs/contract.md §5
+"A COMMIT whose reply is lost") through the real coordinator, on a primary with a
+synchronous standby.
 
 A replica reaches the primary through ``tests.support.pgproxy``: on the k-th admit (k drawn
 at random, several times) the proxy forwards the Bind, lets the server commit, drops the

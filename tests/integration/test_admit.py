@@ -1,5 +1,5 @@
 """The admit statement on PostgreSQL: the fence race, revisions, fail-closed digests,
-atomicity, batch fallback and SERIALIZABLE under concurrency (DESIGN.md §5 "Admit",
+atomicity, batch fallback and SERIALIZABLE under concurrency (docs/contract.md §5 "Admit",
 "Batch admission", "Fail closed").
 
 "Writes nothing" is checked the PostgreSQL way: the schedule row's ``xmin`` is unchanged (a

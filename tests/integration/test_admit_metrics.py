@@ -1,6 +1,6 @@
 """The store's admit counts on ``/metrics`` (real PostgreSQL): admit statements sent and the
 serialization retries among them, read from the store at each scrape, so their ratio is the
-replica's SERIALIZABLE retry rate (DESIGN.md §5 "Admit")."""
+replica's SERIALIZABLE retry rate (docs/contract.md §5 "Admit")."""
 
 from __future__ import annotations
 

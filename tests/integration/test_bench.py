@@ -1,7 +1,7 @@
 """``qlsched bench --quick --json`` end to end, in a subprocess, as a newcomer runs it.
 
 A smoke run: it must finish, exit 0, print exactly one JSON object carrying every key of the
-report's contract (DESIGN.md §7), and hold exactly once in every replica phase (0 duplicates,
+report's contract (docs/contract.md §7), and hold exactly once in every replica phase (0 duplicates,
 0 lost). No figure is compared with a goal here: speed is shown by the benchmark itself, never
 asserted by a timed test on a shared machine.
 

@@ -1,5 +1,5 @@
 """The claim statement on PostgreSQL: order, SKIP LOCKED, lease expiry on the database clock,
-concurrent claimers and the query plan (DESIGN.md §5 "Claim").
+concurrent claimers and the query plan (docs/contract.md §5 "Claim").
 
 The store-agnostic rules (order of a handful of rows, limit, fence written) are in the
 conformance suite; these pin what only the real statement can get wrong: its two arms

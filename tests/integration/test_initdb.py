@@ -1,4 +1,4 @@
-"""``qlsched init-db`` (DESIGN.md §7): create the database, the roles and the schema, print
+"""``qlsched init-db`` (docs/contract.md §7): create the database, the roles and the schema, print
 one DSN per LOGIN role; idempotent; bad input fails with one line and creates nothing.
 
 Most tests use the session's server (Unix socket, trust: no passwords). Passwords need a

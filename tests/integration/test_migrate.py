@@ -1,4 +1,4 @@
-"""The migration runner (DESIGN.md §4 "Migrations"): numbered SQL files, applied once each
+"""The migration runner (docs/contract.md §4 "Migrations"): numbered SQL files, applied once each
 as qlsched_owner, checksummed (SHA-256), refused when an applied file was edited or is
 missing, and safe to run twice or concurrently.
 

@@ -1,4 +1,4 @@
-"""The roles of DESIGN.md §4, exercised by logging in as each one.
+"""The roles of docs/contract.md §4, exercised by logging in as each one.
 
 Positive: every grant the table lists works for its role. Negative: everything else is
 refused by the server with SQLSTATE 42501 (insufficient_privilege), or, where CONNECT is

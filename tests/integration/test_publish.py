@@ -1,5 +1,5 @@
 """Publish on PostgreSQL (admin role, one transaction): idempotence, revision bumps, prune,
-archive, and hostile input (DESIGN.md §5 "Publish", §7 publish file).
+archive, and hostile input (docs/contract.md §5 "Publish", §7 publish file).
 
 "Changes nothing" is checked by ``xmin``: a publish that merely rewrote a row with the same
 values would still give it a new one.

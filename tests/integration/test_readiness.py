@@ -1,4 +1,4 @@
-"""Schema readiness (DESIGN.md §4): ready on a freshly migrated database, and fail closed,
+"""Schema readiness (docs/contract.md §4): ready on a freshly migrated database, and fail closed,
 naming the cause in one line, on every way the database can differ from what the code
 expects: an extra or missing grant, an edited or missing migration, a missing capability,
 a widened role, a runtime timeout missing or not below the lease, PUBLIC CONNECT.

@@ -1,4 +1,4 @@
-"""The recovery source and marking on PostgreSQL (DESIGN.md §5 "Startup recovery").
+"""The recovery source and marking on PostgreSQL (docs/contract.md §5 "Startup recovery").
 
 Every case starts from a real admitted Run (the pristine shape admission writes) and drifts
 exactly one thing as the superuser, the way a dispatcher or worker would have.

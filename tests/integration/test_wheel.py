@@ -1,4 +1,4 @@
-"""The built wheel ships the SQL (DESIGN.md §4: "`pip install .` (not only editable) must
+"""The built wheel ships the SQL (docs/contract.md §4: "`pip install .` (not only editable) must
 ship the SQL"; §SQL: migrations "tested from the built wheel").
 
 The wheel is built from this checkout, installed with its dependencies into a fresh venv

@@ -8,7 +8,7 @@ or, where a gate must read a replica's outcomes, in-process ``open_cluster_contr
 
 ``verify_end_state`` reads the database only (as superuser) and returns every broken rule as
 one line; a gate asserts the list is empty. It runs the package's verifier
-(``qlsched.postgres.verify``) and then these checks of its own, per DESIGN §4/§5:
+(``qlsched.postgres.verify``) and then these checks of its own, per docs/contract.md §4/§5:
 
 * no occurrence (trigger, revision, scheduled_for) has more than one Run, and each Run's
   idempotency key is ``ql3:cron:v1:<trigger>:<revision>:<scheduled_for>``;

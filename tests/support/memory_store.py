@@ -1,7 +1,7 @@
 """An in-memory ``ScheduleStore`` + ``ScheduleReader`` with the PostgreSQL adapter's semantics.
 
 For Trio MockClock lifecycle tests only; it passes the same conformance suite as the adapter
-(``tests/conformance``). The rules it mirrors (DESIGN.md §5):
+(``tests/conformance``). The rules it mirrors (docs/contract.md §5):
 
 - claim: active rows (project active, trigger enabled, schedule revision current) that are
   due (``next_fire_at_ms <= now``) or uninitialised (NULL) and hold no valid claim (token NULL

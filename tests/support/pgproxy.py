@@ -18,7 +18,7 @@ Bind the proxy awaits ``on_admit(ctx)``, which may
 * set ``ctx.lose_reply``: the Bind is forwarded, and the server's whole reply up to and
   including ReadyForQuery (``Z``, sent only after the implicit transaction committed) is
   dropped and the client's socket is reset (SO_LINGER 0): the client sees ECONNRESET after
-  its COMMIT landed, DESIGN §5's "COMMIT outcome unknown".
+  its COMMIT landed, docs/contract.md §5's "COMMIT outcome unknown".
 
 Everything else passes through byte for byte. Ownership: ``serve`` runs until cancelled
 and closes every socket it opened; it reports its port through ``task_status``.

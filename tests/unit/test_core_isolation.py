@@ -1,4 +1,4 @@
-"""``qlsched.core`` is profile-neutral (DESIGN.md §1): importing all of it in a fresh
+"""``qlsched.core`` is profile-neutral (docs/contract.md §1): importing all of it in a fresh
 interpreter loads no database driver, no event loop, no HTTP server, and nothing of
 ``qlsched.postgres`` or ``qlsched.cluster``."""
 

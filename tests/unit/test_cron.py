@@ -1,4 +1,4 @@
-"""Cron syntax and its meaning (DESIGN.md §3), away from DST: pinned by hand-computed tables.
+"""Cron syntax and its meaning (docs/contract.md §3), away from DST: pinned by hand-computed tables.
 
 Every expected time below was worked out from the rule and a calendar (2026-01-01 is a
 Thursday), not copied from the code's output. DST lives in ``test_cron_dst.py``.
@@ -164,7 +164,7 @@ SYNTAX = [
 @pytest.mark.parametrize(("expression", "start", "expected"), SYNTAX)
 def test_syntax(expression: str, start: str, expected: list[str]) -> None:
     """Fields, names, lists, ranges, steps, aliases and seconds-first six-field expressions
-    mean what cron means (DESIGN.md §3), with two croniter readings corrected: ``5-5`` is
+    mean what cron means (docs/contract.md §3), with two croniter readings corrected: ``5-5`` is
     minute 5, not every minute, and ``JAN-JAN`` is January."""
     check(expression, "UTC", start, expected)
 
@@ -240,7 +240,7 @@ DAY_RULE = [
 @pytest.mark.parametrize(("expression", "start", "expected"), DAY_RULE)
 def test_day_of_month_and_day_of_week(expression: str, start: str, expected: list[str]) -> None:
     """Both day fields restricted: a day matches either; either begins with ``*`` (or is
-    ``?``): both must match (Vixie's reading, DESIGN.md §3)."""
+    ``?``): both must match (Vixie's reading, docs/contract.md §3)."""
     check(expression, "UTC", start, expected)
 
 
@@ -366,7 +366,7 @@ REJECTED = [
 def test_rejected(expression: str, zone: str, message: str) -> None:
     """What cannot be used is refused at parse time with a ``CronError`` whose message
     starts with the field at fault: out-of-range values, wrong field counts, ``L W # H``,
-    expressions that can never fire, unknown zones (DESIGN.md §3)."""
+    expressions that can never fire, unknown zones (docs/contract.md §3)."""
     with pytest.raises(CronError) as caught:
         parse_cron(expression, zone)
     assert str(caught.value).startswith(message)

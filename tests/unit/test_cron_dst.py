@@ -1,4 +1,4 @@
-"""DST: Vixie cron's rule (DESIGN.md §3), pinned across both transitions of 2026 and 2027.
+"""DST: Vixie cron's rule (docs/contract.md §3), pinned across both transitions of 2026 and 2027.
 
 Expected times were derived by hand from the rule and the zones' published rules:
 
@@ -301,7 +301,7 @@ def _local_dates(expression: str, zone: str) -> Counter[date]:
 )  # fmt: skip
 def test_fixed_daily_fires_once_every_day(expression: str, zone: str) -> None:
     """A fixed-hour daily expression fires exactly once on each of the 730 local dates of
-    2026-2027, whatever the transitions (DESIGN.md §3: never a missed day, never a double
+    2026-2027, whatever the transitions (docs/contract.md §3: never a missed day, never a double
     daily run)."""
     counts = _local_dates(expression, zone)
     assert len(counts) == 730

@@ -4,7 +4,7 @@ Three independent references judge ``qlsched.core.cron``:
 
 - a field reader written here from the grammar (``Reference``), so croniter's expansion,
   which the module relies on, is checked rather than trusted;
-- a brute-force evaluator that walks real instants one by one and applies DESIGN.md §3's
+- a brute-force evaluator that walks real instants one by one and applies docs/contract.md §3's
   rule to each, near the DST transitions of zones with 30-minute shifts, negative DST,
   Ramadan breaks and a skipped day;
 - cronsim (an independent cron evaluator, Debian cron semantics) in zones without DST.
@@ -54,7 +54,7 @@ FIXED_ZONES = ["UTC", "Asia/Shanghai", "Asia/Kolkata", "Asia/Kathmandu", "Etc/GM
 
 
 class Reference:
-    """The expression's meaning, read straight from the grammar in DESIGN.md §3."""
+    """The expression's meaning, read straight from the grammar in docs/contract.md §3."""
 
     def __init__(self, expression: str) -> None:
         parts = expression.split()
@@ -311,7 +311,7 @@ def transitions(zone: str) -> list[int]:
 
 
 def brute_next(ref: Reference, tz: ZoneInfo, after: int, horizon: int, step: int) -> int | None:
-    """The first instant in ``(after, after + horizon]`` that DESIGN.md §3 fires, walking
+    """The first instant in ``(after, after + horizon]`` that docs/contract.md §3 fires, walking
     instants ``step`` seconds apart (60 when seconds are always 0), or None."""
     u = after - after % step + step
     while u <= after + horizon:

@@ -1,4 +1,4 @@
-"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N]`` (DESIGN.md §7).
+"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N]`` (docs/contract.md §7).
 
 Expected lines were worked out by hand from the DST rule (see ``test_cron_dst.py``).
 """

@@ -1,5 +1,5 @@
 -- name: recovery_candidates
--- The recovery source (DESIGN.md §5): every runtime-owned, non-terminal Attempt except the
+-- The recovery source (docs/contract.md §5): every runtime-owned, non-terminal Attempt except the
 -- pristine ones, with the first reason it is not pristine. Pristine = parent Run queued,
 -- not cancelled, queued_at_ms set; the Attempt is the latest of its Run, `claimed`,
 -- `remote_worker`, and every worker/session/lease/offer/callback/start/result/error field
