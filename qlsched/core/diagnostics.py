@@ -10,7 +10,7 @@ Each line starts with ``ts`` (UTC, ISO 8601, this process's clock: when the line
 written, not a database time) and ``level`` (``error`` for a failed step, ``warning`` for
 everything else a replica reports, the record's level for a library's log record).
 
-Library loggers (asyncpg, trio-asyncio, hypercorn) would print their own records, with
+Library loggers (asyncpg, asyncio, trio-asyncio, hypercorn) would print their own records, with
 tracebacks and driver messages, through logging's last-resort handler on stderr.
 ``route_library_logs`` turns each of their records into a ``library_log`` diagnostic naming
 the logger, the level and the exception class, and drops the text.
@@ -45,7 +45,7 @@ ERROR_CODES: Final = frozenset(
 )
 """Codes for a step that failed; every other code a replica emits is a warning."""
 
-LIBRARY_LOGGERS: Final = ("asyncpg", "trio_asyncio", "hypercorn")
+LIBRARY_LOGGERS: Final = ("asyncpg", "asyncio", "trio_asyncio", "hypercorn")
 LIBRARY_LOG: Final = "library_log"
 
 
