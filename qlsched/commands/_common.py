@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
 import trio
 
 from qlsched.core.config import ConfigError
 from qlsched.core.specs import SpecError
 from qlsched.embedded import EmbeddedError, EmbeddedPostgres, open_embedded
 from qlsched.postgres.dsn import DsnError
-from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady
+from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady, describe_server_error
 from qlsched.postgres.migrate import MigrationError
 
 BAD_INPUT = (ConfigError, SpecError, DsnError)
@@ -38,6 +39,8 @@ def run_command(command: str, fn: Callable[[], Awaitable[int]]) -> int:
         return fail(command, str(exc), 2)
     except FAILED as exc:
         return fail(command, str(exc), 1)
+    except asyncpg.PostgresError as exc:
+        return fail(command, describe_server_error(exc), 1)
 
 
 def default_data_dir() -> Path:

@@ -1,12 +1,17 @@
-"""``qlsched migrate``: apply pending migrations (superuser, or a member of qlsched_owner)."""
+"""``qlsched migrate``: apply pending migrations (superuser, or a member of qlsched_owner).
+
+The DSN's role is checked once first: any other role is named (exit 2) instead of failing
+on the ledger's permissions halfway through.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from qlsched.commands._common import fail, run_command
-from qlsched.postgres.migrate import migrate
-from qlsched.postgres.pool import connect_once
+from qlsched.postgres.login import OWNER, WrongRole, read_login
+from qlsched.postgres.migrate import MigrateReport, migrate
+from qlsched.postgres.pool import Connection, connect_once
 
 
 def main(args: argparse.Namespace) -> int:
@@ -14,7 +19,16 @@ def main(args: argparse.Namespace) -> int:
         return fail("migrate", "--dsn is required (or use `qlsched init-db`)", 2)
 
     async def body() -> int:
-        report = await connect_once(args.dsn, migrate)
+        async def fn(conn: Connection) -> MigrateReport:
+            login = await read_login(conn, OWNER)
+            if not login.member:  # a superuser is a member of every role
+                raise WrongRole(
+                    f"this DSN logs in as {login.login}; migrate needs a superuser "
+                    f"or a member of {OWNER}"
+                )
+            return await migrate(conn)
+
+        report = await connect_once(args.dsn, fn)
         for name in report.applied:
             print(f"migration {name}: applied")
         for name in report.already:

@@ -79,6 +79,24 @@ def constraint_name(exc: BaseException) -> str | None:
     return name if isinstance(name, str) else None
 
 
+_SERVER_REFUSALS = {
+    "42501": "permission denied: this DSN's role may not do this (see docs/contract.md §4)",
+    "42P01": "a qlsched table is missing: is the database initialised (qlsched init-db)?",
+    "3F000": "the qlsched schema is missing: run qlsched init-db",
+    "25006": "the server is read-only (a standby?)",
+}
+
+
+def describe_server_error(exc: BaseException) -> str:
+    """One safe line for an error the server answered a command with (by SQLSTATE only: the
+    driver's message can echo row data). The commands' last resort, after their own checks."""
+    state = sqlstate(exc)
+    known = _SERVER_REFUSALS.get(state or "")
+    if known is not None:
+        return f"{known} (SQLSTATE {state})"
+    return f"the server refused the command ({type(exc).__name__}, SQLSTATE {state or '?'})"
+
+
 def describe_connect_error(exc: BaseException, *, database: str | None = None) -> str:
     """One safe line for a failed connect: the class of problem, never the DSN or password.
     ``database`` (the name the DSN asked for) is named when the server says it is missing."""

@@ -20,6 +20,7 @@ from qlsched.postgres.queries import query
 ADMIN: Final = "qlsched_admin"
 RUNTIME: Final = "qlsched_runtime"
 OBSERVER: Final = "qlsched_observer"
+OWNER: Final = "qlsched_owner"
 
 NOT_INITIALISED: Final = "not initialised: run qlsched init-db"
 

@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+import asyncpg
 import msgspec
 import pytest
 import trio
 
+from qlsched.commands._common import run_command
 from tests.integration.schema_support import clean_env, empty_database, run_cli
 from tests.support.pg import PgCluster, TestDatabase
 
@@ -84,6 +86,12 @@ def mistakes(db: TestDatabase, bare_db: str, busy_port: int, empty_file: str) ->
             2,
             "this DSN logs in as qlsched_admin; run needs qlsched_runtime",
         ),
+        "migrate-as-admin": Mistake(
+            ["migrate", "--dsn", db.admin_dsn],
+            2,
+            "this DSN logs in as qlsched_admin; migrate needs a superuser or a member of "
+            "qlsched_owner",
+        ),
         "status-as-admin": Mistake(
             ["status", "--dsn", db.admin_dsn],
             2,
@@ -139,6 +147,7 @@ MISTAKES: Final = [
     "publish-as-observer",
     "run-as-observer",
     "run-as-admin",
+    "migrate-as-admin",
     "status-as-admin",
     "status-without-schema",
     "publish-without-schema",
@@ -166,7 +175,40 @@ def test_every_first_day_mistake_is_one_line_with_its_exit_code(
 
 def test_the_sweep_names_every_row() -> None:
     """Rule: the sweep's list is the report's list: a row is never dropped silently."""
-    assert len(MISTAKES) == len(set(MISTAKES)) == 12
+    assert len(MISTAKES) == len(set(MISTAKES)) == 13
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (
+            asyncpg.InsufficientPrivilegeError("permission denied for table runs: secret"),
+            "permission denied: this DSN's role may not do this (see docs/contract.md §4) "
+            "(SQLSTATE 42501)",
+        ),
+        (
+            asyncpg.UndefinedTableError('relation "qlsched.runs" does not exist'),
+            "a qlsched table is missing: is the database initialised (qlsched init-db)? "
+            "(SQLSTATE 42P01)",
+        ),
+        (
+            asyncpg.DivisionByZeroError("secret row data"),
+            "the server refused the command (DivisionByZeroError, SQLSTATE 22012)",
+        ),
+    ],
+    ids=["permission", "undefined-table", "other"],
+)
+def test_a_server_error_the_checks_missed_is_still_one_line(
+    error: asyncpg.PostgresError, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rule: the commands' last resort: a server error that no check named first is one
+    line by SQLSTATE, exit 1, never the driver's message (it can echo row data)."""
+
+    async def body() -> int:
+        raise error
+
+    assert run_command("status", body) == 1
+    assert capsys.readouterr().err == f"qlsched status: {line}\n"
 
 
 async def test_a_superuser_replica_warns_once_and_runs(pg_db: TestDatabase) -> None:
