@@ -76,7 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
     p.add_argument(
         "--summary",
-        type=float,
         metavar="SECONDS",
         help="print a one-line summary this often (default 10 on a terminal, 0 = off)",
     )

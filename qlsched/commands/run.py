@@ -175,19 +175,30 @@ async def run_replica(
 
 
 def _summary_interval(args: argparse.Namespace) -> float:
-    given: float | None = getattr(args, "summary", None)
-    if given is not None:
-        return max(given, 0.0)
-    return SUMMARY_ON_TERMINAL_S if sys.stderr.isatty() else 0.0
+    """Seconds between summary lines: ``--summary``, else ``QLSCHED_SUMMARY`` (a service
+    manager's environment file), else every 10 s on a terminal and never otherwise."""
+    text: str | None = getattr(args, "summary", None)
+    source = "flag --summary"
+    if text is None and (text := os.environ.get("QLSCHED_SUMMARY")) is not None:
+        source = "environment QLSCHED_SUMMARY"
+    if text is None:
+        return SUMMARY_ON_TERMINAL_S if sys.stderr.isatty() else 0.0
+    try:
+        given = float(text)
+    except ValueError:
+        raise ConfigError(f"summary: expected seconds, got {text!r} (from {source})") from None
+    if not 0 <= given <= 86_400:
+        raise ConfigError(f"summary={given:g} is out of bounds 0..86400 (from {source})")
+    return given
 
 
 def main(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name, None) for name in FLAGS}
     try:
         config = load_config(file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=flags)
+        summary_s = _summary_interval(args)
     except ConfigError as exc:
         return fail("run", str(exc), 2)
-    summary_s = _summary_interval(args)
     stream: IO[str] | None = None
     if config.diagnostics:
         try:

@@ -33,12 +33,21 @@ def _iso(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+def _iso_s(ms: int | None) -> str:
+    """An occurrence's time: whole seconds (cron occurrences have no milliseconds)."""
+    return "-" if ms is None else _iso(ms)[:19]
+
+
 def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD if terminal else None,
         header_style="bold" if terminal else "",
         pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
     )
+    # On a narrow terminal cells fold onto more lines (a time's date above its clock):
+    # never cropped or cut with an ellipsis, since a shortened time or count would be wrong.
     for name, justify in (
         ("TRIGGER", "left"),
         ("CRON", "left"),
@@ -50,7 +59,7 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
         ("SKIP", "right"),
         ("COAL", "right"),
     ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     now = report.now_ms
     for s in report.schedules:
         lag = "-"
@@ -63,7 +72,7 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
             f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)"),
             s.cron,
             s.timezone,
-            _iso(s.next_fire_at_ms),
+            _iso_s(s.next_fire_at_ms),
             lag,
             s.claim_owner or "-",
             lease,
