@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -116,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qlsched: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`qlsched status | head`): not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except Exception as exc:
         # Whatever command needed the local server (demo, or no --dsn): one line, such as
         # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
