@@ -95,6 +95,13 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     )
     if report.schedules:
         console.print(_schedules_table(report, terminal=terminal))
+        if terminal:
+            console.print(
+                "SKIP: occurrences policy skip dropped, found past the grace. "
+                "COAL: occurrences a late Fire passed over (either policy).",
+                style="dim",
+                markup=False,
+            )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
