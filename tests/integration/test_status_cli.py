@@ -8,11 +8,14 @@ escape codes.
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
+from qlsched.commands.status import render
 from qlsched.core.specs import TriggerEntry
+from qlsched.postgres.status import StatusReport, StatusSchedule
 from tests.integration.cluster_support import PROJECT, open_superuser, publish_triggers
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
@@ -86,3 +89,45 @@ async def test_the_table_has_a_zone_column_and_is_plain_off_a_terminal(
     rows = [line for line in lines if long_id in line]
     assert len(rows) == 1
     assert "America/New_York" in rows[0]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _report() -> StatusReport:
+    row = StatusSchedule(
+        project_id="p",
+        trigger_id="nightly",
+        trigger_revision=1,
+        active=True,
+        cron="0 3 * * *",
+        timezone="Asia/Shanghai",
+        next_fire_at_ms=1_800_000_000_000,
+        last_scheduled_at_ms=None,
+        claim_owner=None,
+        claim_expires_at_ms=None,
+        skipped_total=2,
+        coalesced_total=19,
+    )
+    return StatusReport(now_ms=1_799_999_000_000, due_backlog=0, schedules=[row], recent_runs=[])
+
+
+def test_a_terminal_gets_styles_and_a_pipe_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule: the same cells either way; a terminal gets rich's styles, a rule under the
+    header and a legend for SKIP and COAL, a pipe or file none of them."""
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal: no cell folds
+    terminal, plain = _Terminal(), io.StringIO()
+    render(_report(), terminal)
+    render(_report(), plain)
+    for out in (terminal.getvalue(), plain.getvalue()):
+        assert "p/nightly" in out
+        assert "Asia/Shanghai" in out
+        assert "2027-01-15 08:00:00" in out
+    assert "\x1b[" in terminal.getvalue()
+    assert "─" in terminal.getvalue()
+    assert "COAL: occurrences a late Fire passed over" in terminal.getvalue()
+    assert "\x1b[" not in plain.getvalue()
+    assert "─" not in plain.getvalue()
+    assert "late Fire" not in plain.getvalue()
