@@ -9,6 +9,7 @@ it warns once and runs.
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 import trio
 
 from qlsched.commands._common import run_command
-from tests.integration.schema_support import clean_env, empty_database, run_cli
+from tests.integration.schema_support import clean_env, empty_database, execute, run_cli
 from tests.support.pg import PgCluster, TestDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -247,3 +248,25 @@ async def test_a_superuser_replica_warns_once_and_runs(pg_db: TestDatabase) -> N
         f"qlsched run: warning: this DSN logs in as superuser {superuser}; "
         "a replica should log in as qlsched_runtime"
     ]
+
+
+def test_a_schema_with_many_findings_is_one_short_line(pg_db: TestDatabase) -> None:
+    """Rule: ``run`` on a schema readiness refuses for several reasons prints the first
+    finding and how many more ``check`` lists, on one line, exit 1; ``check`` lists each."""
+    execute(
+        pg_db.superuser_dsn,
+        "DELETE FROM qlsched.capability",
+        "GRANT SELECT ON qlsched.runs TO qlsched_admin",
+        "GRANT SELECT ON qlsched.attempts TO qlsched_admin",
+    )
+    result = run_cli(["run", "--dsn", pg_db.runtime_dsn, *RUN_FLAGS], timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("qlsched run: ")]
+    assert len(lines) == 1, result.stderr
+    assert re.fullmatch(
+        r"qlsched run: schema not ready: [^;]+ \(and 2 more: run qlsched check\)", lines[0]
+    ), lines[0]
+    check = run_cli(["check", "--dsn", pg_db.runtime_dsn], timeout=60)
+    assert check.returncode == 1
+    assert len(check.stdout.splitlines()) == 3, check.stdout
