@@ -78,7 +78,7 @@ def test_a_year_of_every_second_is_counted_exactly(zone: str) -> None:
 
 
 def test_a_fixed_hour_counts_a_fold_once_and_a_gap_once() -> None:
-    """Rule (contract §3's DST rule, fixed hour): in New York, ``*/15 1 * * *`` fires its four
+    """Rule (docs/contract.md §3, fixed hour): in New York, ``*/15 1 * * *`` fires its four
     times once on the fall-back day (not eight), and ``30 2 * * *`` fires once on the
     spring-forward day (at 03:00, its wall time being in the gap)."""
     fold_day = 1_793_505_600_000  # 2026-11-01T04:00:00Z, midnight in New York
