@@ -108,6 +108,20 @@ def redact(dsn: str) -> str:
     return urlunsplit((scheme, netloc, path, query, fragment))
 
 
+def describe_dsn_rejection(dsn: str, exc: BaseException) -> str:
+    """Why the driver refused a DSN, naming the parameter and never its value: the driver's
+    message is only searched for the DSN's own parameter names, never shown."""
+    try:
+        query = _urlsplit(dsn).query
+    except DsnError:
+        query = ""
+    text = str(exc)
+    for name in parse_qs(query, keep_blank_values=True):
+        if name in text:
+            return f"the DSN is not valid: the driver refuses its {name} parameter"
+    return "the DSN is not valid"
+
+
 def database_of(dsn: str) -> str | None:
     """The database a DSN names (path, else ``?dbname=``), or None when left to defaults."""
     try:

@@ -22,7 +22,7 @@ import asyncpg
 import trio
 import trio_asyncio
 
-from qlsched.postgres.dsn import DsnError, check_dsn, database_of
+from qlsched.postgres.dsn import DsnError, check_dsn, database_of, describe_dsn_rejection
 from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error
 
 T = TypeVar("T")
@@ -122,8 +122,8 @@ def _connect_errors(dsn: str) -> Iterator[None]:
     is ``DsnError`` (bad input), anything else ``DatabaseUnavailable`` with a safe message."""
     try:
         yield
-    except ValueError:
-        raise DsnError("the DSN is not valid") from None
+    except ValueError as exc:
+        raise DsnError(describe_dsn_rejection(dsn, exc)) from None
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
         raise DatabaseUnavailable(describe_connect_error(exc, database=database_of(dsn))) from None
 

@@ -63,6 +63,10 @@ def empty_file(tmp_path: Path) -> str:
     return str(path)
 
 
+def with_param(dsn: str, param: str) -> str:
+    return dsn + ("&" if "?" in dsn else "?") + param
+
+
 def mistakes(db: TestDatabase, bare_db: str, busy_port: int, empty_file: str) -> dict[str, Mistake]:
     cluster = db.cluster
     bare_observer = cluster.dsn(bare_db, "qlsched_observer")
@@ -134,11 +138,16 @@ def mistakes(db: TestDatabase, bare_db: str, busy_port: int, empty_file: str) ->
             [
                 "status",
                 "--dsn",
-                db.observer_dsn + ("&" if "?" in db.observer_dsn else "?") + "sslmode=bogus",
+                with_param(db.observer_dsn, "sslmode=bogus"),
             ],
             2,
             "the DSN is not valid: sslmode must be one of disable, allow, prefer, require, "
             "verify-ca, verify-full",
+        ),
+        "driver-refuses-a-parameter": Mistake(
+            ["status", "--dsn", with_param(db.observer_dsn, "target_session_attrs=bogus")],
+            2,
+            "the DSN is not valid: the driver refuses its target_session_attrs parameter",
         ),
     }
 
@@ -157,6 +166,7 @@ MISTAKES: Final = [
     "publish-empty-file",
     "database-does-not-exist",
     "sslmode-bogus",
+    "driver-refuses-a-parameter",
 ]
 
 
@@ -176,7 +186,7 @@ def test_every_first_day_mistake_is_one_line_with_its_exit_code(
 
 def test_the_sweep_names_every_row() -> None:
     """Rule: the sweep's list is the report's list: a row is never dropped silently."""
-    assert len(MISTAKES) == len(set(MISTAKES)) == 13
+    assert len(MISTAKES) == len(set(MISTAKES)) == 14
 
 
 @pytest.mark.parametrize(
