@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from qlsched.cluster.coordinator import RoundStats
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.stats import RoundStats
 
 
 def test_no_created_series_in_the_exposition() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from qlsched.cluster.coordinator import RoundStats
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.stats import RoundStats
 from qlsched.commands._summary import Summary
 
 
