@@ -9,6 +9,7 @@ import msgspec
 
 from qlsched.commands._common import fail, run_command
 from qlsched.core.config import load_config
+from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
 
@@ -21,12 +22,15 @@ def main(args: argparse.Namespace) -> int:
         if not config.dsn:
             return fail("check", "--dsn (or QLSCHED_DSN) is required", 2)
 
-        async def fn(conn: Connection) -> Readiness:
-            return await check_readiness(conn, lease_ms=config.lease_ms)
+        async def fn(conn: Connection) -> tuple[Readiness, list[RefusedTrigger]]:
+            report = await check_readiness(conn, lease_ms=config.lease_ms)
+            return report, (await readable_refusals(conn) if report.ready else [])
 
-        report = await connect_once(config.dsn, fn)
+        report, refused = await connect_once(config.dsn, fn)
         if args.json:
-            print(msgspec.json.encode(report).decode())
+            doc = msgspec.to_builtins(report)
+            doc["refused"] = msgspec.to_builtins(refused)
+            print(msgspec.json.encode(doc).decode())
         else:
             for finding in report.findings:
                 print(f"not ready: {finding}")
@@ -34,6 +38,11 @@ def main(args: argparse.Namespace) -> int:
                 print(
                     f"ready: PostgreSQL {report.server_version // 10000}, "
                     f"{len(report.applied)} migration(s) applied, grants exact"
+                )
+            for r in refused:
+                print(
+                    f"attention: cannot admit {r.project_id}/{r.trigger_id} until it is"
+                    f" re-published: {r.reason}"
                 )
         return 0 if report.ready else 1
 

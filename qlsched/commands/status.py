@@ -104,6 +104,13 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
+    for refused in report.refused:
+        console.print(
+            f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"
+            f" {refused.reason}",
+            style="bold red" if terminal else None,
+            markup=False,
+        )
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"

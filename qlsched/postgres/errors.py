@@ -74,6 +74,11 @@ def classify(exc: BaseException) -> ErrorKind:
     return ErrorKind.OTHER
 
 
+def is_permission_denied(exc: BaseException) -> bool:
+    """SQLSTATE 42501: the role may not read or write what the statement names."""
+    return sqlstate(exc) == "42501"
+
+
 def constraint_name(exc: BaseException) -> str | None:
     name = getattr(exc, "constraint_name", None)
     return name if isinstance(name, str) else None

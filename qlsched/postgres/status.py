@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
+from qlsched.postgres.health import RefusedTrigger, refused_triggers
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
@@ -45,6 +46,8 @@ class StatusReport(msgspec.Struct, frozen=True):
     due_backlog: int
     schedules: list[StatusSchedule]
     recent_runs: list[RecentRun]
+    refused: list[RefusedTrigger] = msgspec.field(default_factory=list)
+    """Triggers every admit refuses until someone re-publishes, with the reason."""
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
@@ -53,4 +56,11 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
     schedules = [StatusSchedule(**dict(r)) for r in rows]
     backlog = int(await conn.fetchval(query("due_backlog")))
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
-    return StatusReport(now_ms=now_ms, due_backlog=backlog, schedules=schedules, recent_runs=recent)
+    refused = await refused_triggers(conn, limit=limit)
+    return StatusReport(
+        now_ms=now_ms,
+        due_backlog=backlog,
+        schedules=schedules,
+        recent_runs=recent,
+        refused=refused,
+    )

@@ -4,9 +4,11 @@ it, and by a database-wide read that ``status`` and ``check`` show."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import pytest
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from qlsched.cluster.coordinator import Coordinator
@@ -15,6 +17,7 @@ from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.health import RefusedTrigger, refused_triggers
 from tests.integration.adapter_support import Env, open_env, trigger
+from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration
@@ -81,3 +84,31 @@ async def test_a_lasting_refusal_is_named_everywhere(env: Env, reason: str) -> N
     assert (d.code, d.part, d.project_id) == (outcome, part, "p")
     assert refused_sample(metrics, outcome, part) == 1
     assert await env.runtime(refused_triggers) == [RefusedTrigger("p", "y", reason)]
+
+
+async def test_status_and_check_name_a_refused_trigger(env: Env) -> None:
+    """Rule: ``qlsched status`` (observer) lists a trigger every admit refuses, with the
+    reason, in its text and its ``--json``; ``qlsched check`` stays ready (one stranded
+    trigger must not stop the cluster) and prints an ``attention`` line naming it."""
+    await env.publish(
+        PublishFile(
+            projects=[ProjectEntry(id="p")],
+            tasks=[TaskEntry(project="p", id="ty", command="true")],
+            triggers=[trigger("p", "y", task="ty")],
+        )
+    )
+    await env.su_exec(STRANDINGS["revision_changed:task"])
+    db = env.db
+
+    status = await trio.to_thread.run_sync(run_cli, ["status", "--dsn", db.observer_dsn])
+    assert status.returncode == 0, status.stderr
+    assert "cannot admit p/y until it is re-published: revision_changed:task" in status.stdout
+    as_json = await trio.to_thread.run_sync(run_cli, ["status", "--json", "--dsn", db.observer_dsn])
+    assert json.loads(as_json.stdout)["refused"] == [
+        {"project_id": "p", "trigger_id": "y", "reason": "revision_changed:task"}
+    ]
+    check = await trio.to_thread.run_sync(run_cli, ["check", "--dsn", db.runtime_dsn])
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.splitlines()[-1] == (
+        "attention: cannot admit p/y until it is re-published: revision_changed:task"
+    )

@@ -68,7 +68,7 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
     result = run_cli(["status", "--json", "--dsn", pg_db.observer_dsn])
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"now_ms", "due_backlog", "schedules", "recent_runs"}
+    assert set(report) == {"now_ms", "due_backlog", "schedules", "recent_runs", "refused"}
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]
 
