@@ -1,0 +1,317 @@
+"""A seeded randomized soak: real replica processes under publishes and faults, checked by
+the explorer's oracle.
+
+Three ``python -m qlsched run`` replicas (3 s lease) on our own PostgreSQL. Project
+``gate`` has four every-second control triggers that are never republished (the oracle's
+no-silent-loss window covers them end to end); project ``churn`` has four triggers of
+their own task that the soak keeps republishing. One random stream (``QLSCHED_SOAK_SEED``
+replays it) picks, again and again, one of:
+
+* publish: a cron change (every second / every 2 s / every 3 s / every minute / yearly),
+  an enable toggle, a task change in a file listing a random subset of the triggers, a
+  prune (a file listing a subset, ``--prune``), a project archive toggle;
+* SIGKILL a replica (restarted after a moment), SIGSTOP one for up to 5 s (past its
+  lease: its claims are taken over) then SIGCONT;
+* an immediate-mode PostgreSQL restart (crash recovery);
+* a clock jump: a replica restarted with its wall clock shifted by up to a day either way
+  (``tests.support.faults.clock_shift_env``; a running process's clock cannot be moved
+  from outside without root, and the product reads only the database's clock);
+* a pause (the replicas just run).
+
+It runs ``QLSCHED_SOAK_SECONDS`` (default 60; 600 or more for a real soak), then stops
+the replicas and checks the end state with ``oracle.check``: the publish history is read
+back right after each publish.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio_asyncio
+
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.embedded import EmbeddedPostgres, open_embedded
+from qlsched.postgres.pool import Connection, connect_once
+from qlsched.postgres.publish import publish
+from tests.interleave.oracle import (
+    History,
+    Row,
+    RunRow,
+    Start,
+    check,
+    read_rows,
+    read_runs,
+    record_revisions,
+)
+from tests.support.faults import (
+    PROJECT,
+    GateDb,
+    ReplicaProcess,
+    clock_shift_env,
+    create_gate_db,
+    every_second_triggers,
+    open_su,
+    publish_triggers,
+    report,
+    seed_cursors,
+)
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+SOAK_SECONDS = float(os.environ.get("QLSCHED_SOAK_SECONDS") or 60)
+CHURN = "churn"
+CHURN_TASK = "churn-job"
+CHURN_IDS = tuple(f"c{i}" for i in range(4))
+CRONS = ("* * * * * *", "*/2 * * * * *", "*/3 * * * * *", "* * * * *", "0 0 1 1 *")
+ACTIONS = {
+    "cron": 4,
+    "toggle": 2,
+    "task": 2,
+    "prune": 1,
+    "archive": 1,
+    "kill": 2,
+    "stop": 2,
+    "db_restart": 1,
+    "clock": 1,
+    "pause": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedPostgres]:
+    with open_embedded() as pg:
+        yield pg
+
+
+@dataclasses.dataclass
+class Churn:
+    """What the soak last published for project ``churn`` (the database may refuse it)."""
+
+    crons: dict[str, str]
+    enabled: dict[str, bool]
+    command: str = "true"
+    archived: bool = False
+
+    def file(self, listed: tuple[str, ...] = CHURN_IDS) -> PublishFile:
+        return PublishFile(
+            projects=[ProjectEntry(id=CHURN, archived=self.archived)],
+            tasks=[TaskEntry(project=CHURN, id=CHURN_TASK, command=self.command)],
+            triggers=[
+                TriggerEntry(
+                    project=CHURN,
+                    id=t,
+                    task=CHURN_TASK,
+                    cron=self.crons[t],
+                    misfire="fire_once" if i % 2 else "skip",
+                    misfire_grace_ms=2_000,
+                    enabled=self.enabled[t],
+                )
+                for i, t in enumerate(CHURN_IDS)
+                if t in listed
+            ],
+        )
+
+
+class Soak:
+    def __init__(
+        self, rng: random.Random, server: EmbeddedPostgres, db: GateDb, workdir: Path
+    ) -> None:
+        self.rng = rng
+        self.server = server
+        self.db = db
+        self.workdir = workdir
+        self.history: History = {}
+        self.churn = Churn(dict.fromkeys(CHURN_IDS, CRONS[0]), dict.fromkeys(CHURN_IDS, True))
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.findings: dict[str, str] = {}
+        """Finding -> when it was first seen."""
+        self.last = ""
+        self.replicas = [
+            ReplicaProcess(f"soak-{n}", db.runtime_dsn, workdir) for n in ("a", "b", "c")
+        ]
+
+    # --- database access that rides out a restart -----------------------------------------
+
+    async def _retry(self, dsn: str, fn: Any, *, attempts: int = 100) -> Any:
+        for attempt in range(attempts):
+            try:
+                return await connect_once(dsn, fn)
+            except Exception:
+                if attempt == attempts - 1:
+                    raise
+                await trio.sleep(0.2)
+        raise AssertionError("unreachable")
+
+    async def record(self) -> None:
+        async def fn(conn: Connection) -> None:
+            for project in (PROJECT, CHURN):
+                await record_revisions(conn, project, self.history)
+
+        await self._retry(self.db.superuser_dsn, fn)
+
+    async def publish(self, spec: PublishFile, *, prune: bool = False) -> bool:
+        """Publish once (never retried: a publish is not idempotent across a lost reply
+        here, as the file may be refused); then read the revisions back."""
+        try:
+            await connect_once(self.db.admin_dsn, lambda conn: publish(conn, spec, prune=prune))
+            ok = True
+        except Exception:
+            self.counts["publish_refused_or_failed"] += 1
+            ok = False
+        await self.record()
+        return ok
+
+    async def snapshot(self) -> tuple[list[Row], list[RunRow]]:
+        """Rows and Runs of both projects, read in one snapshot (as one committed state)."""
+
+        async def fn(conn: Connection) -> tuple[list[Row], list[RunRow]]:
+            rows: list[Row] = []
+            runs: list[RunRow] = []
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                for project in (PROJECT, CHURN):
+                    rows += await read_rows(conn, project)
+                    runs += await read_runs(conn, project)
+            return rows, runs
+
+        result: tuple[list[Row], list[RunRow]] = await self._retry(self.db.superuser_dsn, fn)
+        return result
+
+    async def check_now(self, starts: dict[str, Start], step: int) -> None:
+        """The oracle on the committed state now: every rule holds in every committed
+        state, not only at the end (a stranded trigger may be healed by a later publish)."""
+        rows, runs = await self.snapshot()
+        for problem in check(self.history, starts, runs, rows):
+            self.findings.setdefault(problem, f"after action {step} ({self.last})")
+
+    # --- actions ---------------------------------------------------------------------------
+
+    async def act(self, kind: str) -> None:
+        rng, churn = self.rng, self.churn
+        self.counts[kind] += 1
+        self.last = kind
+        if kind in ("cron", "toggle", "task", "prune", "archive"):
+            before = dataclasses.replace(
+                churn, crons=dict(churn.crons), enabled=dict(churn.enabled)
+            )
+            listed = CHURN_IDS
+            prune = False
+            if kind == "cron":
+                for t in rng.sample(CHURN_IDS, rng.randint(1, 2)):
+                    churn.crons[t] = rng.choice([c for c in CRONS if c != churn.crons[t]])
+            elif kind == "toggle":
+                t = rng.choice(CHURN_IDS)
+                churn.enabled[t] = not churn.enabled[t]
+            elif kind == "task":
+                churn.command = f"echo {rng.randrange(1 << 30)}"
+                listed = tuple(rng.sample(CHURN_IDS, rng.randint(1, len(CHURN_IDS))))
+            elif kind == "prune":
+                listed = tuple(rng.sample(CHURN_IDS, rng.randint(1, len(CHURN_IDS))))
+                prune = True
+                for t in CHURN_IDS:
+                    if t not in listed:
+                        churn.enabled[t] = False
+            else:
+                churn.archived = not churn.archived
+            if not await self.publish(churn.file(listed), prune=prune):
+                self.churn = before
+        elif kind == "kill":
+            r = rng.choice(self.replicas)
+            await r.kill()
+            await trio.sleep(rng.uniform(0, 2))
+            await self.start(r)
+        elif kind == "stop":
+            r = rng.choice(self.replicas)
+            r.send(signal.SIGSTOP)
+            await trio.sleep(rng.uniform(0.5, 5))
+            r.send(signal.SIGCONT)
+        elif kind == "db_restart":
+            await trio.to_thread.run_sync(self.server.stop, "immediate")
+            await trio.sleep(rng.uniform(0.3, 2))
+            await trio.to_thread.run_sync(self.server.start)
+        elif kind == "clock":
+            r = rng.choice(self.replicas)
+            shift = rng.choice([-1, 1]) * rng.randint(60, 86_400)
+            env, _ = clock_shift_env(shift, self.workdir)
+            await r.kill()
+            r.extra_env = env
+            await self.start(r)
+        elif kind == "pause":
+            await trio.sleep(rng.uniform(0.5, 3))
+        else:
+            raise AssertionError(kind)
+
+    async def start(self, r: ReplicaProcess) -> None:
+        """Start (again); a start refused while the server restarts is tried again."""
+        for attempt in range(20):
+            try:
+                await r.start()
+                return
+            except RuntimeError:
+                if attempt == 19:
+                    raise
+                await trio.sleep(0.5)
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    seed = int(os.environ.get("QLSCHED_SOAK_SEED") or random.randrange(1 << 30))
+    report(f"QLSCHED_SOAK_SEED={seed} QLSCHED_SOAK_SECONDS={SOAK_SECONDS:g}")
+    return random.Random(seed)
+
+
+async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random) -> None:
+    """Rule: under any mix of publishes, crashes, stops, server restarts and clock jumps,
+    the end state keeps exactly once (``oracle.check`` finds nothing): no occurrence has two
+    Runs, every Run is an occurrence of the revision it names, every row follows its
+    trigger's current spec and task, and the control triggers' occurrences all have a Run
+    or were counted."""
+    async with trio_asyncio.open_loop():
+        db = await create_gate_db(server, f"soak_{rng.randrange(1 << 20)}")
+        await publish_triggers(db, every_second_triggers(4))
+        soak = Soak(rng, server, db, tmp_path)
+        await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.churn.file()))
+        async with open_su(db.superuser_dsn) as su:
+            baseline = await seed_cursors(su, lead_ms=3000)
+        await soak.record()
+        starts = {
+            t: Start(1, s.cursor_ms, s.skipped, s.coalesced) for (_, t), s in baseline.items()
+        }
+        kinds = list(ACTIONS)
+        weights = [ACTIONS[k] for k in kinds]
+        try:
+            async with trio.open_nursery() as nursery:
+                for r in soak.replicas:
+                    nursery.start_soon(soak.start, r)
+            deadline = trio.current_time() + SOAK_SECONDS
+            step = 0
+            while trio.current_time() < deadline:
+                step += 1
+                await soak.act(rng.choices(kinds, weights)[0])
+                await soak.check_now(starts, step)
+                await trio.sleep(rng.uniform(0.2, 1.5))
+        finally:
+            with trio.CancelScope(shield=True):
+                for r in soak.replicas:
+                    await r.stop()
+        soak.last = "the end, replicas stopped"
+        await soak.check_now(starts, step + 1)
+        rows, runs = await soak.snapshot()
+    control = [r for r in rows if r.trigger_id in starts and r.trigger_id not in CHURN_IDS]
+    counted = sum(r.skipped + r.coalesced for r in control)
+    problems = [f"{when}: {problem}" for problem, when in soak.findings.items()]
+    report(
+        f"soak: {SOAK_SECONDS:g} s, {step} actions {dict(sorted(soak.counts.items()))};"
+        f" {len(runs)} Runs ({sum(1 for r in runs if r.trigger_id in CHURN_IDS)} of churn"
+        f" triggers), {len(soak.history)} trigger revisions; control triggers: {counted}"
+        f" occurrences skipped/coalesced; {len(problems)} findings"
+    )
+    assert not problems, "\n".join(problems[:50])
