@@ -127,6 +127,27 @@ class Engine:
                     return blocked
                 await trio.sleep(POLL_S)
 
+    async def _wait_free(
+        self, waiting: Sequence[trio.Event], trace: Trace, blocked: dict[str, set[int]]
+    ) -> None:
+        """Wait for the first of ``waiting`` (work that waits on a lock) to end."""
+        with trio.move_on_after(QUIESCE_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+
+                async def first(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                for event in waiting:
+                    nursery.start_soon(first, event)
+            return
+        who = await trio_asyncio.aio_as_trio(self._watch.fetch, loop=self._loop)(
+            "SELECT pid, usename, state, wait_event, left(query, 60) AS q"
+            " FROM pg_catalog.pg_stat_activity WHERE datname = current_database()"
+        )
+        backends = [dict(r) for r in who]
+        raise AssertionError(f"no step can run: {trace.effective} waiting {blocked}: {backends}")
+
     def _at_gate(self, blocked: dict[str, set[int]], session: Session) -> bool:
         return blocked.get(session.name) == {self._gate_pid}
 
@@ -150,14 +171,12 @@ class Engine:
                         pick = i
                         break
                 if pick is None:
-                    who = await trio_asyncio.aio_as_trio(self._watch.fetch, loop=self._loop)(
-                        "SELECT pid, usename, state, wait_event, left(query, 60) AS q"
-                        " FROM pg_catalog.pg_stat_activity WHERE datname = current_database()"
-                    )
-                    backends = [dict(r) for r in who]
-                    raise AssertionError(
-                        f"no step can run: {trace.effective} waiting {blocked}: {backends}"
-                    )
+                    # Every due session waits on a lock: one must end by itself (a deadlock
+                    # or lock timeout error); wait for that, or report a hang.
+                    due = {by_name[p.session].running for p in pending}
+                    await self._wait_free([e for e in due if e is not None], trace, blocked)
+                    blocked = await self._quiesce(sessions)
+                    continue
                 step = pending.pop(pick)
                 trace.effective.append(step.label)
                 session = by_name[step.session]
