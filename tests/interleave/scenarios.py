@@ -148,9 +148,11 @@ async def set_up(actors: Actors, shape: str, o: Ordering) -> None:
 
 
 def programs(
-    actors: Actors, shape: str, actor: str, o: Ordering
+    actors: Actors, shape: str, names: Sequence[str], o: Ordering, *, fold_decide: bool = False
 ) -> tuple[list[list[Step]], list[Session]]:
-    """The two sessions' steps for one ordering on project ``o.project``."""
+    """The round's steps and each actor's, for one ordering on project ``o.project``.
+    ``fold_decide`` makes decide part of settle (it is pure: where it runs changes nothing
+    the database sees), for the larger three-session explorations."""
     a, gate = actors.a, actors.gate
 
     async def snap() -> None:
@@ -163,11 +165,27 @@ def programs(
     round_steps = [Step("A", "claim.snap", snap), Step("A", "claim.lock", unlock, resumes=True)]
     if shape == "release":
         round_steps.append(Step("A", "release", a.release))
+    elif fold_decide:
+        round_steps.append(Step("A", "decide+settle", lambda: _decide_settle(a)))
     else:
         round_steps += [Step("A", "decide", a.decide), Step("A", "settle", a.settle)]
+    progs = [round_steps]
     sessions = [Session("A", lambda: a.pids)]
+    for actor in names:
+        steps, session = _actor_program(actors, actor, o, fold_decide)
+        progs.append(steps)
+        sessions.append(session)
+    return progs, sessions
 
-    other: list[Step]
+
+async def _decide_settle(r: Replica) -> None:
+    await r.decide()
+    await r.settle()
+
+
+def _actor_program(
+    actors: Actors, actor: str, o: Ordering, fold_decide: bool
+) -> tuple[list[Step], Session]:
     if actor in ("spec", "task", "disable", "prune", "archive"):
         pub = actors.publisher
         assert pub is not None
@@ -179,9 +197,9 @@ def programs(
         async def commit() -> None:
             await pub.commit(o.project, o.history)
 
-        other = [Step("B", f"{actor}.write", write), Step("B", f"{actor}.commit", commit)]
-        sessions.append(Session("B", lambda: [pub.raw.pid]))
-    elif actor == "takeover":
+        steps = [Step("B", f"{actor}.write", write), Step("B", f"{actor}.commit", commit)]
+        return steps, Session("B", lambda: [pub.raw.pid])
+    if actor == "takeover":
         c, c_su = actors.c, actors.c_su
         assert c is not None
         assert c_su is not None
@@ -189,25 +207,21 @@ def programs(
         async def expire() -> None:
             await c_su.execute(EXPIRE_SQL, o.project)
 
-        other = [
-            Step("C", "expire", expire),
-            Step("C", "claim", c.claim),
-            Step("C", "decide", c.decide),
-            Step("C", "settle", c.settle),
-        ]
-        sessions.append(Session("C", lambda: [*c.pids, c_su.pid]))
-    elif actor == "vacuum":
+        steps = [Step("C", "expire", expire), Step("C", "claim", c.claim)]
+        if fold_decide:
+            steps.append(Step("C", "decide+settle", lambda: _decide_settle(c)))
+        else:
+            steps += [Step("C", "decide", c.decide), Step("C", "settle", c.settle)]
+        return steps, Session("C", lambda: [*c.pids, c_su.pid])
+    if actor == "vacuum":
         v = actors.vacuum
         assert v is not None
 
         async def vacuum() -> None:
             await v.execute("VACUUM FULL qlsched.trigger_schedules")
 
-        other = [Step("V", "vacuum_full", vacuum)]
-        sessions.append(Session("V", lambda: [v.pid]))
-    else:
-        raise AssertionError(actor)
-    return [round_steps, other], sessions
+        return [Step("V", "vacuum_full", vacuum)], Session("V", lambda: [v.pid])
+    raise AssertionError(actor)
 
 
 async def retire(actors: Actors, o: Ordering) -> None:
@@ -216,9 +230,3 @@ async def retire(actors: Actors, o: Ordering) -> None:
     if actors.publisher is not None:
         await actors.publisher.abort()
     await actors.su.execute(RETIRE_SQL, o.project)
-
-
-def shape_sizes(shape: str, actor: str) -> Sequence[int]:
-    first = 3 if shape == "release" else 4
-    second = {"takeover": 4, "vacuum": 1}.get(actor, 2)
-    return (first, second)
