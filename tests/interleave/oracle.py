@@ -62,6 +62,8 @@ class RunRow:
     idempotency_key: str
     task_revision: int
     execution_revision_id: uuid.UUID
+    admitted_claim_token: uuid.UUID | None = None
+    admitted_claim_version: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +219,7 @@ SELECT s.trigger_id, s.trigger_revision AS schedule_revision, s.next_fire_at_ms 
 
 RUNS_SQL = """
 SELECT trigger_id, trigger_revision, scheduled_for_ms, idempotency_key, task_revision,
-       execution_revision_id
+       execution_revision_id, admitted_claim_token, admitted_claim_version
   FROM qlsched.runs WHERE project_id = $1 ORDER BY trigger_id, scheduled_for_ms
 """
 

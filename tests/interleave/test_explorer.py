@@ -9,6 +9,7 @@ schedule row follows its trigger's current spec (``oracle`` lists the rules).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import trio
 
 from tests.interleave.engine import Engine, count_orderings, orderings
-from tests.interleave.oracle import check, read_rows, read_runs
+from tests.interleave.oracle import RunRow, check, read_rows, read_runs
 from tests.interleave.scenarios import (
     ACTORS,
     ROUNDS,
@@ -45,6 +46,18 @@ KNOWN_HOLES: dict[tuple[str, str], str] = {
 spec republish committed between the claim's snapshot and its row lock handed back the old
 revision's spec) failed the orderings claim.snap < spec.commit < claim.lock of every round
 that decides (init, fire, batch, skip, lost) until its fix."""
+
+
+EXPECTED_OUTCOME = {
+    "init": "Initialized",
+    "fire": "Admitted",
+    "batch": "Admitted",
+    "skip": "Skipped",
+    "release": "Released",
+    "lost": "CommitUnknown",
+}
+"""What the round's replica must reach in some ordering (the one where the actor acts
+last, at least): else the round never exercised the step it is named for."""
 
 
 def _pairs() -> list[Any]:
@@ -128,6 +141,8 @@ async def _explore_all(
     TALLY.failed += len(result.failures)
     TALLY.lines.extend(result.failures)
     assert result.explored == count_orderings(result.sizes)
+    want = EXPECTED_OUTCOME[shape]
+    assert result.outcomes[want] > 0, f"no ordering reached {want}: {dict(result.outcomes)}"
     assert not result.failures, (
         f"{len(result.failures)} of {result.explored} orderings broke a rule:\n"
         + "\n".join(result.failures)
@@ -144,6 +159,45 @@ class Explored:
     waits: int = 0
     """Orderings where some step ended waiting on another session's lock."""
     failures: list[str] = dataclasses.field(default_factory=list)
+    outcomes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """Outcome tags of the round's replica, over all orderings."""
+
+
+CLAIM_DONE = {"A": "A.claim.lock", "C": "C.claim"}
+SETTLE_STARTS = {"A.settle", "A.decide+settle", "C.settle", "C.decide+settle"}
+
+
+def fence_audit(effective: list[str], actors: Actors, runs: list[RunRow]) -> list[str]:
+    """Each Run was admitted under a claim this ordering handed out, for its trigger,
+    revision and cursor, and no newer claim of that row was handed out before the admit
+    began (a superseded fence must never admit)."""
+    replicas = {"A": actors.a, **({"C": actors.c} if actors.c is not None else {})}
+    by_token = {c.fence.token: (name, c) for name, r in replicas.items() for c in r.claims}
+    out: list[str] = []
+    for run in runs:
+        label = f"run {run.trigger_id}@{run.scheduled_for_ms}"
+        found = by_token.get(run.admitted_claim_token) if run.admitted_claim_token else None
+        if found is None:
+            out.append(f"{label}: admitted under a claim token no replica was handed")
+            continue
+        name, claim = found
+        if (claim.trigger_id, claim.trigger_revision, claim.cursor_ms) != (
+            run.trigger_id,
+            run.trigger_revision,
+            run.scheduled_for_ms,
+        ) or claim.fence.version != run.admitted_claim_version:
+            out.append(f"{label}: its claim was for another row, revision, cursor or version")
+        settle = next(i for i, s in enumerate(effective) if s in SETTLE_STARTS and s[0] == name)
+        for other, r in replicas.items():
+            newer = [
+                c
+                for c in r.claims
+                if c.trigger_id == run.trigger_id and c.fence.version > claim.fence.version
+            ]
+            done = CLAIM_DONE[other]
+            if newer and done in effective and effective.index(done) < settle:
+                out.append(f"{label}: admitted by {name} after {other}'s newer claim of the row")
+    return out
 
 
 async def _explore(
@@ -185,11 +239,13 @@ async def _explore(
             rows = await actors.su.call(read_rows, actors.su.conn, o.project)
             runs = await actors.su.call(read_runs, actors.su.conn, o.project)
             problems = check(o.history, o.starts, runs, rows)
+            problems += fence_audit(trace.effective, actors, runs)
             problems += [f"{step} raised {exc!r}" for step, exc in trace.errors.items()]
             await retire(actors, o)
             out.explored += 1
             out.reordered += trace.effective != trace.planned
             out.waits += bool(trace.waited)
+            out.outcomes.update(type(x).__name__ for x in actors.a.outcomes)
             if problems:
                 steps = " ".join(trace.effective)
                 out.failures.append(f"{label} [{steps}]: " + "; ".join(problems))
