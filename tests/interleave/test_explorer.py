@@ -35,17 +35,14 @@ from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
 pytestmark = pytest.mark.integration
 
-HOLE_2 = (
-    "#14 hole 2: a task change re-pins only the triggers its file lists; x (not listed)"
-    " keeps the old task revision, and every admit of it is refused, forever, uncounted"
-)
-KNOWN_HOLES: dict[tuple[str, str], str] = {
-    **{(shape, "task"): HOLE_2 for shape in ROUNDS},
-}
-"""(round, actor) -> the #14 hole still open that fails some of its orderings. Hole 1 (a
-spec republish committed between the claim's snapshot and its row lock handed back the old
-revision's spec) failed the orderings claim.snap < spec.commit < claim.lock of every round
-that decides (init, fire, batch, skip, lost) until its fix."""
+KNOWN_HOLES: dict[tuple[str, str], str] = {}
+"""(round, actor) -> the open hole that fails some of its orderings (marked xfail, strict).
+Empty: the two #14 holes the explorer found on the code before their fixes are closed.
+Hole 1 (a spec republish committed between the claim's snapshot and its row lock handed
+back the old revision's cron, and initialize accepted it) failed the orderings
+claim.snap < spec.commit < claim.lock of every round that decides (init, fire, batch,
+skip, lost). Hole 2 (a task change re-pinned only the triggers its file lists) failed
+every ordering of every round against the task change."""
 
 
 EXPECTED_OUTCOME = {
