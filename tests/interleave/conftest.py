@@ -8,11 +8,11 @@ from tests.interleave.tally import TALLY
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if TALLY.pairs == 0:
+    if TALLY.explorations == 0:
         return
     terminalreporter.write_sep("-", "interleaving explorer")
     terminalreporter.write_line(
-        f"interleave: {TALLY.orderings} orderings explored over {TALLY.pairs} pairs"
+        f"interleave: {TALLY.orderings} orderings explored in {TALLY.explorations} explorations"
         f" ({TALLY.waits} with a lock wait, {TALLY.reordered} ran a step late behind one),"
         f" {TALLY.failed} failed"
     )

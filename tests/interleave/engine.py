@@ -26,6 +26,7 @@ import trio_asyncio
 QUIESCE_TIMEOUT_S = 20.0
 """A step neither done nor waiting on a lock for this long is a hang (a finding)."""
 POLL_S = 0.002
+"""Between two polls of the server (each poll asks it; nothing is inferred from time)."""
 
 BLOCKED_SQL = (
     "SELECT p, pg_catalog.pg_blocking_pids(p) AS by FROM pg_catalog.unnest($1::int[]) AS p"
@@ -53,7 +54,7 @@ class Session:
     pids: Callable[[], Sequence[int]]
     """The session's backends (read when polling: a lost connection is replaced)."""
     running: trio.Event | None = None
-    error: BaseException | None = None
+    """Set when the session's current work has ended (None: no work yet)."""
 
 
 @dataclasses.dataclass

@@ -7,7 +7,8 @@ import dataclasses
 
 @dataclasses.dataclass
 class Tally:
-    pairs: int = 0
+    explorations: int = 0
+    """Pairs and triples explored (one test each)."""
     orderings: int = 0
     """Orderings run (each one whole, on its own project)."""
     reordered: int = 0

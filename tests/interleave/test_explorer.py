@@ -131,7 +131,7 @@ async def _explore_all(
             admit_dsn = proxy.dsn(pg_db.name)
         result = await _explore(pg_db, shape, names, admit_dsn, fold_decide)
         nursery.cancel_scope.cancel()
-    TALLY.pairs += 1
+    TALLY.explorations += 1
     TALLY.orderings += result.explored
     TALLY.reordered += result.reordered
     TALLY.waits += result.waits
