@@ -18,9 +18,12 @@ replays it) picks, again and again, one of:
   from outside without root, and the product reads only the database's clock);
 * a pause (the replicas just run).
 
-It runs ``QLSCHED_SOAK_SECONDS`` (default 60; 600 or more for a real soak), then stops
-the replicas and checks the end state with ``oracle.check``: the publish history is read
-back right after each publish.
+After every action the oracle (``oracle.check``) runs on one committed snapshot of the
+database (every rule holds in every committed state: a stranded trigger or a cursor off
+its spec may be healed by a later publish), and once more after the replicas stopped; the
+publish history is read back right after each publish. It runs ``QLSCHED_SOAK_SECONDS``
+(default 60; 600 or more for a real soak, with ``-o faulthandler_timeout=0`` so pytest
+does not dump stacks at its five-minute mark).
 """
 
 from __future__ import annotations
