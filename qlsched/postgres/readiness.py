@@ -20,11 +20,26 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import cache
 
 import msgspec
 
+from qlsched.postgres.catalog import (
+    Grant,
+    Shape,
+    compare,
+    digest,
+    grant_rows,
+    read_shape,
+)
 from qlsched.postgres.errors import sqlstate
-from qlsched.postgres.migrate import MIN_SERVER_VERSION, load_migrations, verify_ledger
+from qlsched.postgres.migrate import (
+    MIN_SERVER_VERSION,
+    Migration,
+    bootstrap_sql,
+    load_migrations,
+    verify_ledger,
+)
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
@@ -40,44 +55,14 @@ ROLES = (
 )
 LOGIN_ROLES = frozenset(ROLES) - {"qlsched_owner"}
 
-_SPECS = ("projects", "tasks", "execution_revisions", "triggers")
-_RUN_TABLES = ("runs", "attempts", "run_events", "recovery_marks")
-_ALL_TABLES = (*_SPECS, "trigger_schedules", *_RUN_TABLES, "capability", "schema_migrations")
-RUNTIME_SCHEDULE_COLUMNS = (
-    "next_fire_at_ms",
-    "last_scheduled_at_ms",
-    "state_version",
-    "claim_owner",
-    "claim_token",
-    "claim_version",
-    "claim_expires_at_ms",
-    "updated_at_ms",
-    "skipped_total",
-    "coalesced_total",
-)
 
-Grant = tuple[str, str, str | None, str, str]  # kind, object, column, grantee, privilege
-
-
-def expected_grants(database: str) -> frozenset[Grant]:
-    """DESIGN.md §4's grants, nothing more."""
-    g: set[Grant] = set()
-    for table in (*_SPECS, "trigger_schedules"):
-        for priv in ("SELECT", "INSERT", "UPDATE"):
-            g.add(("table", table, None, "qlsched_admin", priv))
-    for table in (*_SPECS, "trigger_schedules", "capability", "schema_migrations"):
-        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
-    for table in _RUN_TABLES:
-        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
-        g.add(("table", table, None, "qlsched_runtime", "INSERT"))
-    for column in RUNTIME_SCHEDULE_COLUMNS:
-        g.add(("column", "trigger_schedules", column, "qlsched_runtime", "UPDATE"))
-    for table in _ALL_TABLES:
-        g.add(("table", table, None, "qlsched_observer", "SELECT"))
-    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
-        g.add(("schema", "qlsched", None, role, "USAGE"))
-        g.add(("database", database, None, role, "CONNECT"))
-    return frozenset(g)
+def expected_database_grants(database: str) -> dict[Grant, bool]:
+    """The bootstrap's grants on the database itself (they name it, so no migration does):
+    CONNECT for the three LOGIN roles that need it, nothing for PUBLIC."""
+    return {
+        ("database", database, None, role, "CONNECT"): False
+        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer")
+    }
 
 
 class Readiness(msgspec.Struct, frozen=True):
@@ -121,10 +106,42 @@ async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Re
         )
 
 
-def _grant_text(g: Grant) -> str:
-    kind, obj, col, grantee, priv = g
-    target = f"{obj}({col})" if col else obj
-    return f"{priv} on {kind} {target} to {grantee}"
+@cache
+def _shipped() -> tuple[list[Migration], str]:
+    """The migrations and bootstrap this installation ships (read once per process)."""
+    return load_migrations(), bootstrap_sql()
+
+
+_verified: dict[str, Shape] = {}
+"""References whose rows matched their pinned digest, by digest: read and hashed once."""
+
+
+async def _reference(
+    conn: Connection, files: list[Migration], bootstrap: str, findings: list[str]
+) -> Shape | None:
+    """The recorded expected catalog, or None (with a finding) when it cannot be trusted."""
+    pinned = await conn.fetchval(query("catalog_digest"))
+    if pinned is not None and pinned in _verified:
+        return _verified[pinned]
+    shape: Shape = {
+        (str(r["kind"]), str(r["object"])): str(r["definition"])
+        for r in await conn.fetch(query("catalog_reference_rows"))
+    }
+    if pinned is None:
+        findings.append(
+            "the catalog reference has no pinned digest (qlsched.catalog_digest):"
+            " run `qlsched migrate` as a superuser"
+        )
+        return None
+    if digest(shape, files, bootstrap) != pinned:
+        findings.append(
+            "the catalog reference qlsched.catalog_reference does not match its pinned digest"
+            " (altered after `migrate` wrote it, or written for other migrations):"
+            " run `qlsched migrate` as a superuser"
+        )
+        return None
+    _verified[str(pinned)] = shape
+    return shape
 
 
 async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
@@ -137,8 +154,9 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
-    files = load_migrations()
+    files, bootstrap = _shipped()
     applied_names: list[str] = []
+    expected: Shape | None = None
     async with _guard(findings, role, "schema qlsched") as reading:
         if not await conn.fetchval(query("ledger_exists")):
             findings.append("schema qlsched is not installed (run `qlsched init-db`)")
@@ -161,15 +179,21 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
                     findings.append(
                         f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
                     )
+                reading.what = "the catalog reference qlsched.catalog_reference"
+                expected = await _reference(conn, files, bootstrap, findings)
 
-    async with _guard(findings, role, "the grants (pg_catalog ACLs)"):
-        actual = {
-            (str(r["kind"]), str(r["object"]), r["col"], str(r["grantee"]), str(r["privilege"]))
-            for r in await conn.fetch(query("acl_entries"))
-        }
-        expected = expected_grants(database)
-        findings += [f"extra grant: {_grant_text(g)}" for g in sorted(actual - expected, key=str)]
-        findings += [f"missing grant: {_grant_text(g)}" for g in sorted(expected - actual, key=str)]
+    async with _guard(findings, role, "the catalog (pg_catalog)"):
+        live, on_database = await read_shape(conn)
+        if expected is not None:
+            findings += compare(live, expected)
+        want = expected_database_grants(database)
+        findings += compare(grant_rows(on_database), grant_rows(want))
+        owner = await conn.fetchval(query("database_owner"))
+        if owner in ROLES:
+            findings.append(
+                f"database {database} is owned by {owner}, which could rewrite the pinned"
+                " catalog digest"
+            )
 
     async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
         for r in await conn.fetch(query("object_owners")):
@@ -180,6 +204,8 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
         for r in await conn.fetch(query("role_attributes")):
             name = str(r["role"])
             seen.add(name)
+            if r["rolinherit"]:
+                findings.append(f"role {name} has INHERIT")
             for attr, label in (
                 ("rolsuper", "SUPERUSER"),
                 ("rolcreaterole", "CREATEROLE"),
