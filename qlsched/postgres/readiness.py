@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import cache
 
 import msgspec
 
@@ -106,12 +105,6 @@ async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Re
         )
 
 
-@cache
-def _shipped() -> tuple[list[Migration], str]:
-    """The migrations and bootstrap this installation ships (read once per process)."""
-    return load_migrations(), bootstrap_sql()
-
-
 _verified: dict[str, Shape] = {}
 """References whose rows matched their pinned digest, by digest: read and hashed once."""
 
@@ -154,7 +147,7 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
-    files, bootstrap = _shipped()
+    files, bootstrap = load_migrations(), bootstrap_sql()
     applied_names: list[str] = []
     expected: Shape | None = None
     async with _guard(findings, role, "schema qlsched") as reading:
