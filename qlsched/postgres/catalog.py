@@ -22,8 +22,9 @@ Where the reference comes from, and why it cannot be forged silently:
   session's own setting of that name is ignored (readiness reads ``pg_db_role_setting`` for
   the database alone), and a database owned by a qlsched role is itself a finding.
 
-The shape is one catalog query (``catalog_shape``) plus the grants (``acl_entries``);
-readiness keeps the reference it has verified once per process, keyed by the digest.
+The shape is one catalog query (``catalog_shape``) plus the grants (``acl_entries``).
+``migrate`` builds the reference once per process per file set and server version;
+readiness reads and hashes the stored rows at every check (a few hundred short rows).
 """
 
 from __future__ import annotations
@@ -168,12 +169,17 @@ async def record_reference(
         await conn.execute(statement)
 
 
+def _line(text: str | None) -> str | None:
+    """A definition on one line (a finding is one line; view and rule text span several)."""
+    return None if text is None else " ".join(text.split())
+
+
 def compare(live: Shape, expected: Shape) -> list[str]:
     """One finding per object that is missing, unexpected or defined differently."""
     findings: list[str] = []
     for key in sorted(expected.keys() | live.keys()):
         kind, obj = key
-        want, have = expected.get(key), live.get(key)
+        want, have = _line(expected.get(key)), _line(live.get(key))
         if want == have:
             continue
         if kind == GRANT:

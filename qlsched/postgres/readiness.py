@@ -1,13 +1,19 @@
 """Schema readiness: fail closed unless the database is exactly what this code expects.
 
 Ready means: PostgreSQL 15+, every migration applied with a matching checksum, the
-capability present, the grants on qlsched objects, the schema and the database exactly the
-set below (an extra grant fails as surely as a missing one; compared with ``aclexplode`` over
-the catalog), no role with superuser/createrole/createdb/replication/bypassrls or any
-membership, PUBLIC holding nothing, EXECUTE kept from PUBLIC by default privileges, every
-SECURITY DEFINER function with a pinned search_path, and the runtime role's
-idle-in-transaction, lock and statement timeouts set and below the lease. Every finding is
-one line; the lifecycle never starts while there is one.
+capability present, and the whole catalog of schema qlsched equal to the reference the
+shipped migrations define (DESIGN.md §12; ``qlsched.postgres.catalog`` says where the
+reference comes from and why the schema's owner cannot forge it): relations, columns with
+types, defaults and nullability, constraints and indexes by definition, triggers, rules,
+policies and row-level security, functions by body, and every grant with its grant option
+(an extra grant fails as surely as a missing one). Besides: the database's own grants as
+the bootstrap sets them (CONNECT for admin, runtime and observer, nothing for PUBLIC), no
+role with superuser/createrole/createdb/replication/bypassrls/inherit, no membership in
+either direction (no qlsched role in another role, no role in a qlsched role), EXECUTE kept
+from PUBLIC by default privileges, every SECURITY DEFINER function with a pinned
+search_path, and the runtime role's idle-in-transaction, lock and statement timeouts set
+and below the lease. Every finding is one line naming the object; the lifecycle never
+starts while there is one.
 
 A role that may not read something (SQLSTATE 42501, e.g. the admin role and the ledger, or
 a role with no grant at all) gets a finding naming what it could not read and the role,
@@ -105,17 +111,13 @@ async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Re
         )
 
 
-_verified: dict[str, Shape] = {}
-"""References whose rows matched their pinned digest, by digest: read and hashed once."""
-
-
 async def _reference(
     conn: Connection, files: list[Migration], bootstrap: str, findings: list[str]
 ) -> Shape | None:
     """The recorded expected catalog, or None (with a finding) when it cannot be trusted."""
+    # Read and hashed at every check, never cached: an altered reference is tampering to
+    # report even while this process still holds a good copy.
     pinned = await conn.fetchval(query("catalog_digest"))
-    if pinned is not None and pinned in _verified:
-        return _verified[pinned]
     shape: Shape = {
         (str(r["kind"]), str(r["object"])): str(r["definition"])
         for r in await conn.fetch(query("catalog_reference_rows"))
@@ -133,7 +135,6 @@ async def _reference(
             " run `qlsched migrate` as a superuser"
         )
         return None
-    _verified[str(pinned)] = shape
     return shape
 
 
