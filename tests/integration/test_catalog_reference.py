@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from qlsched.postgres import migrate as migrate_module
+from qlsched.postgres import catalog
 from qlsched.postgres.catalog import digest
 from qlsched.postgres.migrate import bootstrap_sql, load_migrations, migrate
 from qlsched.postgres.pool import Connection
@@ -49,6 +50,7 @@ def test_migrate_never_launders_a_tampered_schema_into_the_reference(pg_db: Test
     """Rule: the reference is built from the shipped files, not read off the live schema:
     an index added before an operator re-runs `migrate` is still not ready afterwards."""
     execute(pg_db.superuser_dsn, EXTRA_INDEX)
+    catalog._built.clear()  # as an operator's new `migrate` process: nothing built yet
     sql_run(pg_db.superuser_dsn, migrate)
     findings = readiness(pg_db.runtime_dsn).findings
     assert findings == [
