@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from qlsched.postgres import migrate as migrate_module
 from qlsched.postgres import catalog
+from qlsched.postgres import migrate as migrate_module
 from qlsched.postgres.catalog import digest
 from qlsched.postgres.migrate import bootstrap_sql, load_migrations, migrate
 from qlsched.postgres.pool import Connection
