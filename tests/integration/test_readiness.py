@@ -131,7 +131,7 @@ def test_readiness_fails_closed_naming_the_cause(
 ) -> None:
     """Rule: each departure from the migrated schema, its grants (exactly, in both
     directions), its ledger and capability, its ownership and its function hardening makes
-    readiness not ready, with exactly one finding that names it."""
+    readiness not ready, with exactly the findings that name it (one per departure)."""
     assert readiness(pg_db.runtime_dsn).ready
     execute(pg_db.superuser_dsn, breakage)
     report = readiness(pg_db.runtime_dsn)
@@ -573,6 +573,12 @@ TAMPERINGS = [
         ["DROP TABLE public.qlt_child"],
     ),
     _tampering(
+        "view-made-security-invoker",
+        "relation attempts_redacted",
+        ["ALTER VIEW qlsched.attempts_redacted SET (security_invoker = true)"],
+        ["ALTER VIEW qlsched.attempts_redacted RESET (security_invoker)"],
+    ),
+    _tampering(
         "added-view",
         "qlt_view",
         ["SET ROLE qlsched_owner; CREATE VIEW qlsched.qlt_view AS SELECT 1 AS one; RESET ROLE"],
@@ -602,3 +608,13 @@ def test_every_tampering_is_not_ready_until_put_back(
     report = readiness(pg_db.runtime_dsn)
     assert report.findings == []
     assert report.ready
+
+
+def test_storage_tuning_is_not_tampering(pg_db: TestDatabase) -> None:
+    """Rule: a table's storage parameters (autovacuum, fillfactor) are a DBA's tuning, not
+    the schema the migrations define: setting them leaves the database ready."""
+    execute(
+        pg_db.superuser_dsn,
+        "ALTER TABLE qlsched.runs SET (autovacuum_vacuum_scale_factor = 0.01, fillfactor = 90)",
+    )
+    assert readiness(pg_db.runtime_dsn).findings == []

@@ -1,9 +1,6 @@
 -- name: catalog_shape
--- The shape of schema qlsched, one row (kind, object, definition) per object: relations
--- (kind, persistence, row-level security, options, view text, inheritance, disabled
--- internal triggers), columns (type, nullability, default, identity, generated, collation),
--- constraints and indexes by definition, triggers, rules and policies, functions by body,
--- types, and the database's event triggers. Grants come from acl_entries. No parameters.
+-- The shape of schema qlsched, one row (kind, object, definition) per object, grants aside
+-- (acl_entries); not a table's storage parameters, which are a DBA's tuning. No parameters.
 WITH rels AS (
     SELECT c.oid, c.relname::text AS relname, c.relkind, c.relpersistence, c.relrowsecurity,
            c.relforcerowsecurity, c.reloptions
@@ -12,9 +9,12 @@ WITH rels AS (
      WHERE n.nspname = 'qlsched'
 )
 SELECT 'relation' AS kind, r.relname AS object,
-       pg_catalog.concat_ws(' ', 'relkind=' || r.relkind::text, 'persistence=' || r.relpersistence::text,
+       pg_catalog.concat_ws(' ', 'relkind=' || r.relkind::text,
+           'persistence=' || r.relpersistence::text,
            'rls=' || r.relrowsecurity::text, 'force_rls=' || r.relforcerowsecurity::text,
-           'options=' || COALESCE(pg_catalog.array_to_string(r.reloptions, ','), ''),
+           CASE WHEN r.relkind = 'v'
+                THEN 'options=' || COALESCE(pg_catalog.array_to_string(r.reloptions, ','), '')
+           END,
            'inherits=' || COALESCE((SELECT pg_catalog.string_agg(i.inhparent::regclass::text, ','
                                             ORDER BY i.inhseqno)
                                       FROM pg_catalog.pg_inherits AS i
@@ -90,7 +90,8 @@ SELECT 'type', t.typname::text,
        pg_catalog.concat_ws(' ', 'typtype=' || t.typtype::text,
            'base=' || pg_catalog.format_type(t.typbasetype, t.typtypmod),
            'notnull=' || t.typnotnull::text,
-           'labels=' || (SELECT pg_catalog.string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder)
+           'labels=' || (SELECT pg_catalog.string_agg(e.enumlabel::text, ','
+                                                      ORDER BY e.enumsortorder)
                            FROM pg_catalog.pg_enum AS e WHERE e.enumtypid = t.oid))
   FROM pg_catalog.pg_type AS t
   JOIN pg_catalog.pg_namespace AS n ON n.oid = t.typnamespace

@@ -5,8 +5,8 @@ SELECT pg_catalog.current_setting('server_version_num')::int AS version_num,
 
 -- name: acl_entries
 -- Every privilege granted on qlsched objects, the schema and this database, one row per
--- (kind, object, column, grantee, privilege, grantable). NULL ACLs are expanded to their defaults with
--- acldefault(), so an implicit PUBLIC grant (CONNECT/TEMP on a database, EXECUTE on a
+-- (kind, object, column, grantee, privilege, grantable). NULL ACLs are expanded to their
+-- defaults with acldefault(), so an implicit PUBLIC grant (CONNECT/TEMP on a database, EXECUTE on a
 -- function) shows up. Grantee 0 is PUBLIC. Grants to the object's own owner are left out.
 WITH objs AS (
     SELECT 'table'::text AS kind, c.relname::text AS object, NULL::text AS col,
@@ -60,8 +60,8 @@ SELECT 'schema qlsched', pg_catalog.pg_get_userbyid(n.nspowner)::text
 
 -- name: role_attributes
 -- The attributes of the five roles (the bootstrap makes each NOINHERIT, none privileged).
-SELECT r.rolname::text AS role, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb, r.rolreplication,
-       r.rolbypassrls, r.rolcanlogin
+SELECT r.rolname::text AS role, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb,
+       r.rolreplication, r.rolbypassrls, r.rolcanlogin
   FROM pg_catalog.pg_roles AS r
  WHERE r.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
                      'qlsched_worker_ingress', 'qlsched_observer')
