@@ -19,6 +19,9 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+from qlsched.postgres.queries import query
+from qlsched.postgres.status import read_status
+from qlsched.postgres.verify import verify_exactly_once
 from tests.integration.schema_support import (
     LOGIN_ROLES,
     ROLES,
@@ -325,6 +328,42 @@ def test_the_observer_sees_whether_a_callback_token_is_set_not_the_token(
     rows = fetch(pg_db.observer_dsn, "SELECT * FROM qlsched.attempts_redacted")
     assert [(r["attempt_id"], r["has_callback_token"]) for r in rows] == [(attempt_id, True)]
     assert "secret-token" not in repr([tuple(r) for r in rows])
+
+
+def test_status_the_verifier_and_the_http_reads_work_with_the_trimmed_grants(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: trimming the reads breaks no reader: `qlsched status` and the demo's verifier
+    run as the observer, and the reads behind `/metrics` and `/v1/schedules` (the due
+    backlog, the schedule list) as the runtime and as the observer, each seeing the Run and
+    its pristine Attempt (no callback token) as admitted."""
+    seed_trigger(pg_db.admin_dsn)
+    run_id = uuid.uuid4()
+    execute_with(
+        pg_db.superuser_dsn,
+        "WITH r AS (INSERT INTO qlsched.runs (run_id, project_id, trigger_id,"
+        " trigger_revision, task_id, task_revision, execution_revision_id, scheduled_for_ms,"
+        " idempotency_key, state, owner, queued_at_ms, created_at_ms, admitted_by_owner,"
+        " admitted_claim_token, admitted_claim_version) VALUES ($1, 'p', 'g', 1, 't', 1,"
+        " '00000000-0000-4000-8000-000000000001', 60000, 'ql3:cron:v1:g:1:60000', 'queued',"
+        " 'runtime', 60001, 60001, 'r1', $1, 1) RETURNING run_id),"
+        " a AS (INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind,"
+        " state, created_at_ms) SELECT $1, run_id, 1, 'remote_worker', 'claimed', 60001 FROM r)"
+        " INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)"
+        " SELECT gen_random_uuid(), run_id, s, t, 60001, 'r1' FROM r,"
+        " (VALUES (1, 'run.created'), (2, 'run.queued')) AS e(s, t)",
+        run_id,
+    )
+    status = sql_run(pg_db.observer_dsn, read_status)
+    assert [(s.project_id, s.trigger_id) for s in status.schedules] == [("p", "g")]
+    assert [(r.trigger_id, r.state) for r in status.recent_runs] == [("g", "queued")]
+    audit = sql_run(pg_db.observer_dsn, verify_exactly_once)
+    assert audit.runs == 1
+    assert audit.bad_attempts == []
+    assert audit.bad_events == []
+    for dsn in (pg_db.runtime_dsn, pg_db.observer_dsn):
+        assert_allowed(dsn, query("due_backlog"))
+        assert_allowed(dsn, query("list_schedules"), 100)
 
 
 # ---------------------------------------------------------------------------------------------
