@@ -112,12 +112,15 @@ async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Re
 
 
 async def _reference(
-    conn: Connection, files: list[Migration], bootstrap: str, findings: list[str]
+    conn: Connection,
+    pinned: str | None,
+    files: list[Migration],
+    bootstrap: str,
+    findings: list[str],
 ) -> Shape | None:
     """The recorded expected catalog, or None (with a finding) when it cannot be trusted."""
     # Read and hashed at every check, never cached: an altered reference is tampering to
     # report even while this process still holds a good copy.
-    pinned = await conn.fetchval(query("catalog_digest"))
     shape: Shape = {
         (str(r["kind"]), str(r["object"])): str(r["definition"])
         for r in await conn.fetch(query("catalog_reference_rows"))
@@ -145,6 +148,12 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     assert row is not None
     version_num, database = int(row["version_num"]), str(row["database"])
     role = str(row["role"])
+    pinned = None if row["catalog_digest"] is None else str(row["catalog_digest"])
+    if row["database_owner"] in ROLES:
+        findings.append(
+            f"database {database} is owned by {row['database_owner']}, which could rewrite"
+            " the pinned catalog digest"
+        )
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
@@ -174,7 +183,7 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
                         f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
                     )
                 reading.what = "the catalog reference qlsched.catalog_reference"
-                expected = await _reference(conn, files, bootstrap, findings)
+                expected = await _reference(conn, pinned, files, bootstrap, findings)
 
     async with _guard(findings, role, "the catalog (pg_catalog)"):
         live, on_database = await read_shape(conn)
@@ -182,12 +191,6 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
             findings += compare(live, expected)
         want = expected_database_grants(database)
         findings += compare(grant_rows(on_database), grant_rows(want))
-        owner = await conn.fetchval(query("database_owner"))
-        if owner in ROLES:
-            findings.append(
-                f"database {database} is owned by {owner}, which could rewrite the pinned"
-                " catalog digest"
-            )
 
     async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
         for r in await conn.fetch(query("object_owners")):

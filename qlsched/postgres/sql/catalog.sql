@@ -131,19 +131,3 @@ SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::te
 -- database owner may change it; qlsched_owner may not), quoted by the server.
 SELECT pg_catalog.format('ALTER DATABASE %I SET qlsched.catalog_digest = %L',
                          pg_catalog.current_database(), $1::text);
-
--- name: catalog_digest
--- The pinned digest: the database-wide setting only (setrole 0), never a role's or a
--- session's own value, which the role itself could set. NULL when missing.
-SELECT pg_catalog.substr(c, pg_catalog.length('qlsched.catalog_digest=') + 1)
-  FROM pg_catalog.pg_db_role_setting AS s
-  JOIN pg_catalog.pg_database AS d ON d.oid = s.setdatabase,
-       pg_catalog.unnest(s.setconfig) AS c
- WHERE d.datname = pg_catalog.current_database() AND s.setrole = 0
-   AND c LIKE 'qlsched.catalog\_digest=%';
-
--- name: database_owner
--- The owner of this database (it may change the pinned digest, so it is no qlsched role).
-SELECT pg_catalog.pg_get_userbyid(d.datdba)::text
-  FROM pg_catalog.pg_database AS d
- WHERE d.datname = pg_catalog.current_database();

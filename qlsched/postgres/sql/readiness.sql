@@ -1,7 +1,16 @@
 -- name: readiness_facts
--- The server version, this database and the role readiness runs as (named in findings).
+-- The server version, this database, the role readiness runs as (named in findings), the
+-- database's owner and its pinned catalog digest (the database-wide setting only, never a
+-- role's or a session's own value, which the role itself could set; NULL when missing).
 SELECT pg_catalog.current_setting('server_version_num')::int AS version_num,
-       pg_catalog.current_database()::text AS database, CURRENT_USER::text AS role;
+       d.datname::text AS database, CURRENT_USER::text AS role,
+       pg_catalog.pg_get_userbyid(d.datdba)::text AS database_owner,
+       (SELECT pg_catalog.substr(c, pg_catalog.length('qlsched.catalog_digest=') + 1)
+          FROM pg_catalog.pg_db_role_setting AS s, pg_catalog.unnest(s.setconfig) AS c
+         WHERE s.setdatabase = d.oid AND s.setrole = 0
+           AND c LIKE 'qlsched.catalog\_digest=%') AS catalog_digest
+  FROM pg_catalog.pg_database AS d
+ WHERE d.datname = pg_catalog.current_database();
 
 -- name: acl_entries
 -- Every privilege granted on qlsched objects, the schema and this database, one row per
