@@ -528,6 +528,12 @@ TAMPERINGS = [
         [f'DROP ROLE IF EXISTS "{INTRUDER}"'],
     ),
     _tampering(
+        "role-inherit",
+        "role qlsched_observer has INHERIT",
+        ["ALTER ROLE qlsched_observer INHERIT"],
+        ["ALTER ROLE qlsched_observer NOINHERIT"],
+    ),
+    _tampering(
         "added-function",
         "function qlsched.qlt_probe()",
         [
