@@ -9,8 +9,11 @@ revision, whose payload is what a worker will run. Placement - choosing a worker
 the Attempt, tracking it - is the dispatcher's, and begins where this script prints "->".
 
 This example only reads, as ``qlsched_observer`` (SELECT only), so it can run against a live
-cluster. The table and column names it uses are a contract (docs/contract.md §4). Its SQL is inline
-because it is an example; inside the package, SQL lives in ``qlsched/postgres/sql/``.
+cluster. The observer reads no secret: not the payload (a real dispatcher reads it with a
+role of its own, granted that column) and not the Attempt's callback token
+(``qlsched.attempts_redacted`` says whether one is set). The table and column names it
+uses are a contract (docs/contract.md §4). Its SQL is inline because it is an example; inside the
+package, SQL lives in ``qlsched/postgres/sql/``.
 
 Deduplicate on the idempotency key, ``ql3:cron:v1:<trigger>:<revision>:<scheduled_for_ms>``.
 Within one database history there is one Run per occurrence; after an *asynchronous*
@@ -27,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import hashlib
 import sys
 
 import asyncpg
@@ -37,16 +39,16 @@ import asyncpg
 QUEUED_RUNS = """
 SELECT r.run_id, r.project_id, r.trigger_id, r.scheduled_for_ms, r.queued_at_ms,
        r.idempotency_key, r.admitted_by_owner, a.attempt_id, a.attempt_no,
-       e.executor_kind, e.payload, e.digest
+       e.execution_revision_id, e.executor_kind, e.digest
   FROM qlsched.runs AS r
-  JOIN qlsched.attempts AS a ON a.run_id = r.run_id
+  JOIN qlsched.attempts_redacted AS a ON a.run_id = r.run_id
   JOIN qlsched.execution_revisions AS e ON e.execution_revision_id = r.execution_revision_id
  WHERE r.state = 'queued' AND NOT r.cancel_requested AND r.queued_at_ms IS NOT NULL
    AND a.attempt_no = (SELECT max(x.attempt_no) FROM qlsched.attempts AS x
                         WHERE x.run_id = r.run_id)
    AND a.state = 'claimed' AND a.executor_kind = 'remote_worker'
    AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
-   AND a.offer_id IS NULL AND a.callback_token IS NULL AND a.started_at_ms IS NULL
+   AND a.offer_id IS NULL AND NOT a.has_callback_token AND a.started_at_ms IS NULL
    AND a.result IS NULL AND a.error IS NULL
    AND NOT EXISTS (SELECT 1 FROM qlsched.recovery_marks AS m WHERE m.attempt_id = a.attempt_id)
    AND (r.queued_at_ms, r.run_id) > ($1::bigint, $2::uuid)
@@ -88,11 +90,12 @@ async def dispatch(dsn: str, limit: int, follow_s: float) -> int:
                     f"  attempt {row['attempt_no']} {row['attempt_id']}: pristine, "
                     f"{row['executor_kind']}"
                 )
-                # Fail closed, as admission does: run only the payload whose digest matches.
-                if hashlib.sha256(row["payload"].encode()).hexdigest() != row["digest"]:
-                    print("  payload digest mismatch: NOT dispatching")
-                    continue
-                print(f"  -> placement would offer this attempt to a worker: {row['payload']}")
+                # The worker fetches the payload by execution revision and, failing closed as
+                # admission does, runs it only if its SHA-256 is this digest.
+                print(
+                    "  -> placement would offer this attempt to a worker: execution revision "
+                    f"{row['execution_revision_id']} (payload sha256 {row['digest']})"
+                )
             if shown >= limit or loop.time() >= until:
                 break
             await asyncio.sleep(0.5)

@@ -5,7 +5,8 @@
 applies, the other waits and then finds everything applied. The SHA-256 of each applied
 file is recorded; a file edited after it was applied, or missing, stops the runner, naming
 the file. ``bootstrap.sql`` (roles, database hardening, the schema and the ledger) runs
-first when the caller is a superuser; it is idempotent.
+first when the caller is a superuser; it is idempotent. A superuser run ends by recording
+the expected catalog, built from the files alone (``catalog.record_reference``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from qlsched.postgres.catalog import record_reference
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
@@ -130,8 +132,9 @@ async def migrate(conn: Connection, timeouts: RoleTimeouts | None = None) -> Mig
     await conn.execute(query("migrate_lock"))
     try:
         bootstrapped = False
+        timeouts = timeouts or RoleTimeouts()
         if superuser:
-            await bootstrap(conn, timeouts or RoleTimeouts())
+            await bootstrap(conn, timeouts)
             bootstrapped = True
         elif not await conn.fetchval(query("ledger_exists")):
             raise MigrationError(
@@ -153,6 +156,8 @@ async def migrate(conn: Connection, timeouts: RoleTimeouts | None = None) -> Mig
                 await conn.execute(mig.sql)
                 await conn.execute(query("record_migration"), mig.version, mig.name, mig.checksum)
             newly.append(mig.name)
+        if superuser:
+            await record_reference(conn, files, bootstrap_sql(), timeouts, version_num)
         return MigrateReport(
             applied=newly,
             already=[m.name for m in files if m.version in done],

@@ -1,13 +1,19 @@
 """Schema readiness: fail closed unless the database is exactly what this code expects.
 
 Ready means: PostgreSQL 15+, every migration applied with a matching checksum, the
-capability present, the grants on qlsched objects, the schema and the database exactly the
-set below (an extra grant fails as surely as a missing one; compared with ``aclexplode`` over
-the catalog), no role with superuser/createrole/createdb/replication/bypassrls or any
-membership, PUBLIC holding nothing, EXECUTE kept from PUBLIC by default privileges, every
-SECURITY DEFINER function with a pinned search_path, and the runtime role's
-idle-in-transaction, lock and statement timeouts set and below the lease. Every finding is
-one line; the lifecycle never starts while there is one.
+capability present, and the whole catalog of schema qlsched equal to the reference the
+shipped migrations define (contract §4; ``qlsched.postgres.catalog`` says where the
+reference comes from and why the schema's owner cannot forge it): relations, columns with
+types, defaults and nullability, constraints and indexes by definition, triggers, rules,
+policies and row-level security, functions by body, and every grant with its grant option
+(an extra grant fails as surely as a missing one). Besides: the database's own grants as
+the bootstrap sets them (CONNECT for admin, runtime and observer, nothing for PUBLIC), no
+role with superuser/createrole/createdb/replication/bypassrls/inherit, no membership in
+either direction (no qlsched role in another role, no role in a qlsched role), EXECUTE kept
+from PUBLIC by default privileges, every SECURITY DEFINER function with a pinned
+search_path, and the runtime role's idle-in-transaction, lock and statement timeouts set
+and below the lease. Every finding is one line naming the object; the lifecycle never
+starts while there is one.
 
 A role that may not read something (SQLSTATE 42501, e.g. the admin role and the ledger, or
 a role with no grant at all) gets a finding naming what it could not read and the role,
@@ -23,8 +29,22 @@ from contextlib import asynccontextmanager
 
 import msgspec
 
+from qlsched.postgres.catalog import (
+    Grant,
+    Shape,
+    compare,
+    digest,
+    grant_rows,
+    read_shape,
+)
 from qlsched.postgres.errors import sqlstate
-from qlsched.postgres.migrate import MIN_SERVER_VERSION, load_migrations, verify_ledger
+from qlsched.postgres.migrate import (
+    MIN_SERVER_VERSION,
+    Migration,
+    bootstrap_sql,
+    load_migrations,
+    verify_ledger,
+)
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
@@ -40,44 +60,14 @@ ROLES = (
 )
 LOGIN_ROLES = frozenset(ROLES) - {"qlsched_owner"}
 
-_SPECS = ("projects", "tasks", "execution_revisions", "triggers")
-_RUN_TABLES = ("runs", "attempts", "run_events", "recovery_marks")
-_ALL_TABLES = (*_SPECS, "trigger_schedules", *_RUN_TABLES, "capability", "schema_migrations")
-RUNTIME_SCHEDULE_COLUMNS = (
-    "next_fire_at_ms",
-    "last_scheduled_at_ms",
-    "state_version",
-    "claim_owner",
-    "claim_token",
-    "claim_version",
-    "claim_expires_at_ms",
-    "updated_at_ms",
-    "skipped_total",
-    "coalesced_total",
-)
 
-Grant = tuple[str, str, str | None, str, str]  # kind, object, column, grantee, privilege
-
-
-def expected_grants(database: str) -> frozenset[Grant]:
-    """docs/contract.md §4's grants, nothing more."""
-    g: set[Grant] = set()
-    for table in (*_SPECS, "trigger_schedules"):
-        for priv in ("SELECT", "INSERT", "UPDATE"):
-            g.add(("table", table, None, "qlsched_admin", priv))
-    for table in (*_SPECS, "trigger_schedules", "capability", "schema_migrations"):
-        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
-    for table in _RUN_TABLES:
-        g.add(("table", table, None, "qlsched_runtime", "SELECT"))
-        g.add(("table", table, None, "qlsched_runtime", "INSERT"))
-    for column in RUNTIME_SCHEDULE_COLUMNS:
-        g.add(("column", "trigger_schedules", column, "qlsched_runtime", "UPDATE"))
-    for table in _ALL_TABLES:
-        g.add(("table", table, None, "qlsched_observer", "SELECT"))
-    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
-        g.add(("schema", "qlsched", None, role, "USAGE"))
-        g.add(("database", database, None, role, "CONNECT"))
-    return frozenset(g)
+def expected_database_grants(database: str) -> dict[Grant, bool]:
+    """The bootstrap's grants on the database itself (they name it, so no migration does):
+    CONNECT for the three LOGIN roles that need it, nothing for PUBLIC."""
+    return {
+        ("database", database, None, role, "CONNECT"): False
+        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer")
+    }
 
 
 class Readiness(msgspec.Struct, frozen=True):
@@ -121,10 +111,34 @@ async def _guard(findings: list[str], role: str, what: str) -> AsyncIterator[_Re
         )
 
 
-def _grant_text(g: Grant) -> str:
-    kind, obj, col, grantee, priv = g
-    target = f"{obj}({col})" if col else obj
-    return f"{priv} on {kind} {target} to {grantee}"
+async def _reference(
+    conn: Connection,
+    pinned: str | None,
+    files: list[Migration],
+    bootstrap: str,
+    findings: list[str],
+) -> Shape | None:
+    """The recorded expected catalog, or None (with a finding) when it cannot be trusted."""
+    # Read and hashed at every check, never cached: an altered reference is tampering to
+    # report even while this process still holds a good copy.
+    shape: Shape = {
+        (str(r["kind"]), str(r["object"])): str(r["definition"])
+        for r in await conn.fetch(query("catalog_reference_rows"))
+    }
+    if pinned is None:
+        findings.append(
+            "the catalog reference has no pinned digest (qlsched.catalog_digest):"
+            " run `qlsched migrate` as a superuser"
+        )
+        return None
+    if digest(shape, files, bootstrap) != pinned:
+        findings.append(
+            "the catalog reference qlsched.catalog_reference does not match its pinned digest"
+            " (altered after `migrate` wrote it, or written for other migrations):"
+            " run `qlsched migrate` as a superuser"
+        )
+        return None
+    return shape
 
 
 async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
@@ -134,11 +148,18 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     assert row is not None
     version_num, database = int(row["version_num"]), str(row["database"])
     role = str(row["role"])
+    pinned = None if row["catalog_digest"] is None else str(row["catalog_digest"])
+    if row["database_owner"] in ROLES:
+        findings.append(
+            f"database {database} is owned by {row['database_owner']}, which could rewrite"
+            " the pinned catalog digest"
+        )
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
-    files = load_migrations()
+    files, bootstrap = load_migrations(), bootstrap_sql()
     applied_names: list[str] = []
+    expected: Shape | None = None
     async with _guard(findings, role, "schema qlsched") as reading:
         if not await conn.fetchval(query("ledger_exists")):
             findings.append("schema qlsched is not installed (run `qlsched init-db`)")
@@ -161,15 +182,15 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
                     findings.append(
                         f"capability {CAPABILITY[0]} is version {version}, need {CAPABILITY[1]}"
                     )
+                reading.what = "the catalog reference qlsched.catalog_reference"
+                expected = await _reference(conn, pinned, files, bootstrap, findings)
 
-    async with _guard(findings, role, "the grants (pg_catalog ACLs)"):
-        actual = {
-            (str(r["kind"]), str(r["object"]), r["col"], str(r["grantee"]), str(r["privilege"]))
-            for r in await conn.fetch(query("acl_entries"))
-        }
-        expected = expected_grants(database)
-        findings += [f"extra grant: {_grant_text(g)}" for g in sorted(actual - expected, key=str)]
-        findings += [f"missing grant: {_grant_text(g)}" for g in sorted(expected - actual, key=str)]
+    async with _guard(findings, role, "the catalog (pg_catalog)"):
+        live, on_database = await read_shape(conn)
+        if expected is not None:
+            findings += compare(live, expected)
+        want = expected_database_grants(database)
+        findings += compare(grant_rows(on_database), grant_rows(want))
 
     async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
         for r in await conn.fetch(query("object_owners")):
@@ -180,6 +201,8 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
         for r in await conn.fetch(query("role_attributes")):
             name = str(r["role"])
             seen.add(name)
+            if r["rolinherit"]:
+                findings.append(f"role {name} has INHERIT")
             for attr, label in (
                 ("rolsuper", "SUPERUSER"),
                 ("rolcreaterole", "CREATEROLE"),

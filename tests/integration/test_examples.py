@@ -124,7 +124,8 @@ def test_embedded_service_schedules_and_stops(pg_db: TestDatabase, signum: signa
 @pytest.mark.integration
 def test_dispatcher_lists_queued_runs(pg_db: TestDatabase) -> None:
     """As the observer, the dispatcher lists each queued Run once, with its pristine
-    Attempt and the payload placement would hand to a worker."""
+    Attempt and the execution revision placement would hand to a worker (never the
+    payload, which the observer may not read)."""
     _publish(pg_db)
     _run_service(pg_db, 3.5, signal.SIGINT)
     runs = _runs(pg_db)

@@ -19,6 +19,9 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+from qlsched.postgres.queries import query
+from qlsched.postgres.status import read_status
+from qlsched.postgres.verify import verify_exactly_once
 from tests.integration.schema_support import (
     LOGIN_ROLES,
     ROLES,
@@ -117,11 +120,18 @@ def test_admin_publishes_specs_and_resets_schedules(pg_db: TestDatabase) -> None
 
 
 def test_runtime_reads_specs_and_moves_only_the_lease_and_cursor(pg_db: TestDatabase) -> None:
-    """Rule: qlsched_runtime may SELECT the specs, the ledger and the capability, lock
+    """Rule: qlsched_runtime may SELECT the specs (of a task only what admit compares), the
+    ledger, the capability and the catalog reference, lock
     schedule rows (the claim's FOR UPDATE SKIP LOCKED) and UPDATE each lease/cursor column."""
     seed_trigger(pg_db.admin_dsn)
-    for table in (*SPECS, "trigger_schedules", "capability", "schema_migrations"):
+    for table in ("projects", "execution_revisions", "triggers", "trigger_schedules"):
         assert_allowed(pg_db.runtime_dsn, f"SELECT * FROM qlsched.{table}")  # noqa: S608 - fixed names
+    for table in ("capability", "schema_migrations", "catalog_reference"):
+        assert_allowed(pg_db.runtime_dsn, f"SELECT * FROM qlsched.{table}")  # noqa: S608 - fixed names
+    # Of a task, the admit compares only these (the command is the worker's business).
+    assert_allowed(
+        pg_db.runtime_dsn, "SELECT project_id, task_id, revision, content_digest FROM qlsched.tasks"
+    )
     assert_allowed(
         pg_db.runtime_dsn,
         "SELECT project_id FROM qlsched.trigger_schedules WHERE active"
@@ -158,8 +168,9 @@ def test_runtime_reads_specs_and_moves_only_the_lease_and_cursor(pg_db: TestData
 
 
 def test_runtime_inserts_runs_attempts_events_and_recovery_marks(pg_db: TestDatabase) -> None:
-    """Rule: qlsched_runtime may INSERT (and read back) runs, attempts, run_events and
-    recovery_marks: admit writes the first three, startup recovery the last."""
+    """Rule: qlsched_runtime may INSERT runs, attempts, run_events and recovery_marks:
+    admit writes the first three, startup recovery the last (it reads runs, attempts and
+    marks; run_events it only writes, see the read matrix below)."""
     run_id, attempt_id = uuid.uuid4(), uuid.uuid4()
 
     async def admit_and_mark(conn: asyncpg.Connection[asyncpg.Record]) -> None:
@@ -199,7 +210,7 @@ def test_runtime_inserts_runs_attempts_events_and_recovery_marks(pg_db: TestData
 
     sql_run(pg_db.runtime_dsn, admit_and_mark)
     counts = fetch(
-        pg_db.runtime_dsn,
+        pg_db.superuser_dsn,
         "SELECT (SELECT count(*) FROM qlsched.runs), (SELECT count(*) FROM qlsched.attempts),"
         " (SELECT count(*) FROM qlsched.run_events),"
         " (SELECT count(*) FROM qlsched.recovery_marks)",
@@ -207,21 +218,152 @@ def test_runtime_inserts_runs_attempts_events_and_recovery_marks(pg_db: TestData
     assert tuple(counts[0]) == (1, 1, 2, 1)
 
 
-def test_observer_reads_every_table(pg_db: TestDatabase) -> None:
-    """Rule: qlsched_observer may SELECT every table in schema qlsched (status, metrics),
-    including any table the catalog has that this list does not know of."""
-    in_catalog = {
-        r[0]
+# ---------------------------------------------------------------------------------------------
+# What each role may read, column by column
+
+
+# The columns that carry secrets: what a worker will run and how it calls back.
+SECRET_COLUMNS = (
+    ("tasks", "command"),
+    ("execution_revisions", "payload"),
+    ("attempts", "callback_token"),
+)
+RELATIONS = (*TABLES, "catalog_reference", "attempts_redacted")
+# Of a task, what admit compares; the command is never the runtime's business.
+RUNTIME_TASK_COLUMNS = ("project_id", "task_id", "revision", "content_digest")
+
+
+def _columns(dsn: str) -> list[tuple[str, str]]:
+    """Every (relation, column) of RELATIONS, from the catalog (a new column is covered)."""
+    return [
+        (str(r[0]), str(r[1]))
         for r in fetch(
-            pg_db.superuser_dsn,
-            "SELECT c.relname::text FROM pg_catalog.pg_class AS c"
+            dsn,
+            "SELECT c.relname::text, a.attname::text FROM pg_catalog.pg_attribute AS a"
+            " JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid"
             " JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'qlsched' AND c.relkind IN ('r', 'p', 'v', 'm')",
+            " WHERE n.nspname = 'qlsched' AND c.relname = ANY($1::text[])"
+            " AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, a.attnum",
+            list(RELATIONS),
         )
-    }
-    assert in_catalog >= set(TABLES)
-    for table in sorted(in_catalog):
-        assert_allowed(pg_db.observer_dsn, f"SELECT * FROM qlsched.{table}")  # noqa: S608 - catalog names
+    ]
+
+
+def _may_read(relation: str, column: str, role: str) -> bool:
+    """docs/contract.md §4's read rights, column by column (the rule the matrix test pins)."""
+    if role == "qlsched_observer":
+        return (relation, column) not in SECRET_COLUMNS
+    if role == "qlsched_runtime":
+        if relation == "tasks":
+            return column in RUNTIME_TASK_COLUMNS
+        return relation not in ("run_events", "attempts_redacted")
+    assert role == "qlsched_admin"
+    return relation in (*SPECS, "trigger_schedules")
+
+
+def _readable(dsn: str, columns: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Each column's SELECT as ``dsn``'s role, on one connection: "ok" or the SQLSTATE."""
+
+    async def fn(conn: asyncpg.Connection[asyncpg.Record]) -> dict[tuple[str, str], str]:
+        out: dict[tuple[str, str], str] = {}
+        for relation, column in columns:
+            try:
+                async with conn.transaction():
+                    await conn.execute(
+                        f'SELECT "{column}" FROM qlsched."{relation}" LIMIT 0'  # noqa: S608 - catalog names
+                    )
+                out[(relation, column)] = "ok"
+            except asyncpg.PostgresError as exc:
+                out[(relation, column)] = str(exc.sqlstate)
+        return out
+
+    return sql_run(dsn, fn)
+
+
+@pytest.mark.parametrize("role", ["qlsched_observer", "qlsched_runtime", "qlsched_admin"])
+def test_each_role_reads_exactly_its_columns(shared_db: TestDatabase, role: str) -> None:
+    """Rule: each role may SELECT exactly the columns it needs and every other column is
+    refused with SQLSTATE 42501: the observer every column but tasks.command,
+    execution_revisions.payload and attempts.callback_token; the runtime no task command,
+    nothing of run_events (it only writes them); the admin the specs and schedules only."""
+    columns = _columns(shared_db.superuser_dsn)
+    assert set(SECRET_COLUMNS) <= set(columns)
+    expected = {c: "ok" if _may_read(*c, role) else "42501" for c in columns}
+    assert _readable(shared_db.dsn(role), columns) == expected
+
+
+@pytest.mark.parametrize(("table", "column"), SECRET_COLUMNS)
+def test_the_observer_cannot_read_a_secret_even_indirectly(
+    shared_db: TestDatabase, table: str, column: str
+) -> None:
+    """Rule: the observer cannot reach a secret column by `SELECT *`, a filter or a count
+    over it: each is refused with SQLSTATE 42501, never silently narrowed."""
+    for sql in (
+        f"SELECT * FROM qlsched.{table}",  # noqa: S608 - fixed names
+        f"SELECT count(*) FROM qlsched.{table} WHERE {column} IS NOT NULL",  # noqa: S608
+        f"SELECT count({column}) FROM qlsched.{table}",  # noqa: S608 - fixed names
+    ):
+        assert_refused(shared_db.observer_dsn, sql)
+
+
+def test_the_observer_sees_whether_a_callback_token_is_set_not_the_token(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: attempts_redacted tells the observer whether an Attempt has a callback token
+    (the verifier's pristine check needs that) and never the token itself."""
+    run_id, attempt_id = uuid.uuid4(), uuid.uuid4()
+    execute_with(
+        pg_db.superuser_dsn,
+        "WITH r AS (INSERT INTO qlsched.runs (run_id, project_id, trigger_id,"
+        " trigger_revision, task_id, task_revision, execution_revision_id, scheduled_for_ms,"
+        " idempotency_key, state, owner, created_at_ms, admitted_by_owner,"
+        " admitted_claim_token, admitted_claim_version) VALUES ($1, 'p', 'g', 1, 't', 1, $1,"
+        " 0, 'k', 'queued', 'runtime', 0, 'r1', $1, 1) RETURNING run_id)"
+        " INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,"
+        " callback_token, created_at_ms) SELECT $2, run_id, 1, 'remote_worker', 'claimed',"
+        " 'secret-token', 0 FROM r",
+        run_id,
+        attempt_id,
+    )
+    rows = fetch(pg_db.observer_dsn, "SELECT * FROM qlsched.attempts_redacted")
+    assert [(r["attempt_id"], r["has_callback_token"]) for r in rows] == [(attempt_id, True)]
+    assert "secret-token" not in repr([tuple(r) for r in rows])
+
+
+def test_status_the_verifier_and_the_http_reads_work_with_the_trimmed_grants(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: trimming the reads breaks no reader: `qlsched status` and the demo's verifier
+    run as the observer, and the reads behind `/metrics` and `/v1/schedules` (the due
+    backlog, the schedule list) as the runtime and as the observer, each seeing the Run and
+    its pristine Attempt (no callback token) as admitted."""
+    seed_trigger(pg_db.admin_dsn)
+    run_id = uuid.uuid4()
+    execute_with(
+        pg_db.superuser_dsn,
+        "WITH r AS (INSERT INTO qlsched.runs (run_id, project_id, trigger_id,"
+        " trigger_revision, task_id, task_revision, execution_revision_id, scheduled_for_ms,"
+        " idempotency_key, state, owner, queued_at_ms, created_at_ms, admitted_by_owner,"
+        " admitted_claim_token, admitted_claim_version) VALUES ($1, 'p', 'g', 1, 't', 1,"
+        " '00000000-0000-4000-8000-000000000001', 60000, 'ql3:cron:v1:g:1:60000', 'queued',"
+        " 'runtime', 60001, 60001, 'r1', $1, 1) RETURNING run_id),"
+        " a AS (INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind,"
+        " state, created_at_ms) SELECT $1, run_id, 1, 'remote_worker', 'claimed', 60001 FROM r)"
+        " INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)"
+        " SELECT gen_random_uuid(), run_id, s, t, 60001, 'r1' FROM r,"
+        " (VALUES (1, 'run.created'), (2, 'run.queued')) AS e(s, t)",
+        run_id,
+    )
+    status = sql_run(pg_db.observer_dsn, read_status)
+    assert [(s.project_id, s.trigger_id) for s in status.schedules] == [("p", "g")]
+    assert [(r.trigger_id, r.state) for r in status.recent_runs] == [("g", "queued")]
+    audit = sql_run(pg_db.observer_dsn, verify_exactly_once)
+    assert audit.runs == 1
+    assert audit.bad_attempts == []
+    assert audit.bad_events == []
+    for dsn in (pg_db.runtime_dsn, pg_db.observer_dsn):
+        assert_allowed(dsn, query("due_backlog"))
+        assert_allowed(dsn, query("list_schedules"), 100)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,12 +534,13 @@ def test_runtime_cannot_execute_a_function_it_was_not_granted(pg_db: TestDatabas
         " RESET ROLE",
     )
     assert_refused(pg_db.runtime_dsn, "SELECT qlsched.probe()")
-    assert readiness(pg_db.runtime_dsn).ready
+    assert readiness(pg_db.runtime_dsn).findings == ["unexpected function qlsched.probe()"]
 
     execute(pg_db.superuser_dsn, "GRANT EXECUTE ON FUNCTION qlsched.probe() TO qlsched_runtime")
     assert fetchval(pg_db.runtime_dsn, "SELECT qlsched.probe()") == 1
-    assert readiness(pg_db.runtime_dsn).findings == [
-        "extra grant: EXECUTE on function qlsched.probe() to qlsched_runtime"
+    assert sorted(readiness(pg_db.runtime_dsn).findings) == [
+        "extra grant: EXECUTE on function qlsched.probe() to qlsched_runtime",
+        "unexpected function qlsched.probe()",
     ]
 
 
@@ -418,6 +561,7 @@ def test_without_the_default_privileges_new_functions_are_open_and_readiness_say
     assert sorted(readiness(pg_db.runtime_dsn).findings) == [
         "default privileges do not revoke EXECUTE on functions from PUBLIC",
         "extra grant: EXECUTE on function qlsched.probe() to PUBLIC",
+        "unexpected function qlsched.probe()",
     ]
 
 

@@ -118,7 +118,10 @@ def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> Non
         pytest.param(
             "SET ROLE qlsched_owner; CREATE FUNCTION qlsched.probe() RETURNS int"
             " LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'; RESET ROLE",
-            "SECURITY DEFINER function qlsched.probe() has no pinned search_path",
+            [
+                "SECURITY DEFINER function qlsched.probe() has no pinned search_path",
+                "unexpected function qlsched.probe()",
+            ],
             id="unpinned-security-definer",
         ),
     ],
@@ -128,7 +131,7 @@ def test_readiness_fails_closed_naming_the_cause(
 ) -> None:
     """Rule: each departure from the migrated schema, its grants (exactly, in both
     directions), its ledger and capability, its ownership and its function hardening makes
-    readiness not ready, with exactly one finding that names it."""
+    readiness not ready, with exactly the findings that name it (one per departure)."""
     assert readiness(pg_db.runtime_dsn).ready
     execute(pg_db.superuser_dsn, breakage)
     report = readiness(pg_db.runtime_dsn)
@@ -406,3 +409,218 @@ def test_a_role_with_no_grant_on_the_schema_gets_a_finding(pg_db: TestDatabase) 
         assert "Traceback" not in result.stderr
         assert result.stderr == ""
         assert result.stdout.splitlines() == [f"not ready: {f}" for f in expected]
+
+
+# ---------------------------------------------------------------------------------------------
+# The tamper matrix (contract §4): the whole catalog against what the migrations define
+
+INTRUDER = f"qlt_intruder_{os.getpid()}"
+CLAIM_INDEX = (
+    "CREATE INDEX trigger_schedules_claim_idx ON qlsched.trigger_schedules"
+    " ((COALESCE(next_fire_at_ms, -1)), project_id, trigger_id)"
+    " WHERE active AND claim_token IS NULL"
+)
+SCHEDULE_CHECK = (
+    "ALTER TABLE qlsched.trigger_schedules ADD CONSTRAINT trigger_schedules_check"
+    " CHECK ((claim_token IS NULL) = (claim_owner IS NULL)"
+    " AND (claim_token IS NULL) = (claim_expires_at_ms IS NULL))"
+)
+
+
+def _tampering(
+    case_id: str, named: str, tamper: list[str], restore: list[str]
+) -> object:  # a pytest ParameterSet
+    return pytest.param(named, tamper, restore, id=case_id)
+
+
+TAMPERINGS = [
+    _tampering(
+        "drop-idempotency-unique",
+        "runs_idempotency_key_key",
+        ["ALTER TABLE qlsched.runs DROP CONSTRAINT runs_idempotency_key_key"],
+        [
+            "ALTER TABLE qlsched.runs ADD CONSTRAINT runs_idempotency_key_key"
+            " UNIQUE (idempotency_key)"
+        ],
+    ),
+    _tampering(
+        "drop-trigger-id-unique",
+        "triggers_trigger_id_key",
+        ["ALTER TABLE qlsched.triggers DROP CONSTRAINT triggers_trigger_id_key"],
+        ["ALTER TABLE qlsched.triggers ADD CONSTRAINT triggers_trigger_id_key UNIQUE (trigger_id)"],
+    ),
+    _tampering(
+        "drop-claim-index",
+        "trigger_schedules_claim_idx",
+        ["DROP INDEX qlsched.trigger_schedules_claim_idx"],
+        [CLAIM_INDEX],
+    ),
+    _tampering(
+        "alter-claim-index",
+        "trigger_schedules_claim_idx",
+        [
+            "DROP INDEX qlsched.trigger_schedules_claim_idx",
+            CLAIM_INDEX.replace(" AND claim_token IS NULL", ""),
+        ],
+        ["DROP INDEX qlsched.trigger_schedules_claim_idx", CLAIM_INDEX],
+    ),
+    _tampering(
+        "drop-schedule-check",
+        "trigger_schedules_check",
+        ["ALTER TABLE qlsched.trigger_schedules DROP CONSTRAINT trigger_schedules_check"],
+        [SCHEDULE_CHECK],
+    ),
+    _tampering(
+        "before-update-trigger",
+        "trigger_schedules.qlt_hour",
+        [
+            "CREATE FUNCTION public.qlt_hour() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$BEGIN NEW.claim_expires_at_ms := NEW.claim_expires_at_ms + 3600000;"
+            " RETURN NEW; END$$",
+            "CREATE TRIGGER qlt_hour BEFORE UPDATE ON qlsched.trigger_schedules"
+            " FOR EACH ROW EXECUTE FUNCTION public.qlt_hour()",
+        ],
+        [
+            "DROP TRIGGER qlt_hour ON qlsched.trigger_schedules",
+            "DROP FUNCTION public.qlt_hour()",
+        ],
+    ),
+    _tampering(
+        "rls-policy-using-false",
+        "trigger_schedules.qlt_hide",
+        [
+            "ALTER TABLE qlsched.trigger_schedules ENABLE ROW LEVEL SECURITY",
+            "CREATE POLICY qlt_hide ON qlsched.trigger_schedules USING (false)",
+        ],
+        [
+            "DROP POLICY qlt_hide ON qlsched.trigger_schedules",
+            "ALTER TABLE qlsched.trigger_schedules DISABLE ROW LEVEL SECURITY",
+        ],
+    ),
+    _tampering(
+        "rls-alone",
+        "relation trigger_schedules",
+        ["ALTER TABLE qlsched.trigger_schedules ENABLE ROW LEVEL SECURITY"],
+        ["ALTER TABLE qlsched.trigger_schedules DISABLE ROW LEVEL SECURITY"],
+    ),
+    _tampering(
+        "changed-column-default",
+        "triggers.misfire_grace_ms",
+        ["ALTER TABLE qlsched.triggers ALTER COLUMN misfire_grace_ms SET DEFAULT 0"],
+        ["ALTER TABLE qlsched.triggers ALTER COLUMN misfire_grace_ms SET DEFAULT 60000"],
+    ),
+    _tampering(
+        "grant-option",
+        "SELECT on table runs to qlsched_runtime",
+        ["GRANT SELECT ON qlsched.runs TO qlsched_runtime WITH GRANT OPTION"],
+        ["REVOKE GRANT OPTION FOR SELECT ON qlsched.runs FROM qlsched_runtime"],
+    ),
+    _tampering(
+        "runtime-granted-to-intruder",
+        f"role {INTRUDER} is a member of qlsched_runtime",
+        [f'CREATE ROLE "{INTRUDER}"', f'GRANT qlsched_runtime TO "{INTRUDER}"'],
+        [f'DROP ROLE IF EXISTS "{INTRUDER}"'],
+    ),
+    _tampering(
+        "owner-granted-to-intruder",
+        f"role {INTRUDER} is a member of qlsched_owner",
+        [f'CREATE ROLE "{INTRUDER}"', f'GRANT qlsched_owner TO "{INTRUDER}"'],
+        [f'DROP ROLE IF EXISTS "{INTRUDER}"'],
+    ),
+    _tampering(
+        "role-inherit",
+        "role qlsched_observer has INHERIT",
+        ["ALTER ROLE qlsched_observer INHERIT"],
+        ["ALTER ROLE qlsched_observer NOINHERIT"],
+    ),
+    _tampering(
+        "added-function",
+        "function qlsched.qlt_probe()",
+        [
+            "SET ROLE qlsched_owner; CREATE FUNCTION qlsched.qlt_probe() RETURNS int"
+            " LANGUAGE sql AS 'SELECT 1'; RESET ROLE"
+        ],
+        ["DROP FUNCTION qlsched.qlt_probe()"],
+    ),
+    _tampering(
+        "added-rule",
+        "run_events.qlt_drop",
+        ["CREATE RULE qlt_drop AS ON INSERT TO qlsched.run_events DO INSTEAD NOTHING"],
+        ["DROP RULE qlt_drop ON qlsched.run_events"],
+    ),
+    _tampering(
+        "added-index",
+        "qlt_extra_idx",
+        ["CREATE INDEX qlt_extra_idx ON qlsched.runs (state)"],
+        ["DROP INDEX qlsched.qlt_extra_idx"],
+    ),
+    _tampering(
+        "altered-column-type",
+        "run_events.actor",
+        ["ALTER TABLE qlsched.run_events ALTER COLUMN actor TYPE varchar(200)"],
+        ["ALTER TABLE qlsched.run_events ALTER COLUMN actor TYPE text"],
+    ),
+    _tampering(
+        "altered-nullability",
+        "runs.queued_at_ms",
+        ["ALTER TABLE qlsched.runs ALTER COLUMN queued_at_ms SET NOT NULL"],
+        ["ALTER TABLE qlsched.runs ALTER COLUMN queued_at_ms DROP NOT NULL"],
+    ),
+    _tampering(
+        "foreign-keys-disabled",
+        "relation attempts",
+        ["ALTER TABLE qlsched.attempts DISABLE TRIGGER ALL"],
+        ["ALTER TABLE qlsched.attempts ENABLE TRIGGER ALL"],
+    ),
+    _tampering(
+        "inherited-child",
+        "public.qlt_child",
+        ["CREATE TABLE public.qlt_child () INHERITS (qlsched.runs)"],
+        ["DROP TABLE public.qlt_child"],
+    ),
+    _tampering(
+        "view-made-security-invoker",
+        "relation attempts_redacted",
+        ["ALTER VIEW qlsched.attempts_redacted SET (security_invoker = true)"],
+        ["ALTER VIEW qlsched.attempts_redacted RESET (security_invoker)"],
+    ),
+    _tampering(
+        "added-view",
+        "qlt_view",
+        ["SET ROLE qlsched_owner; CREATE VIEW qlsched.qlt_view AS SELECT 1 AS one; RESET ROLE"],
+        ["DROP VIEW qlsched.qlt_view"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("named", "tamper", "restore"), TAMPERINGS)
+def test_every_tampering_is_not_ready_until_put_back(
+    pg_db: TestDatabase, named: str, tamper: list[str], restore: list[str]
+) -> None:
+    """Rule: readiness compares the whole catalog with what the shipped migrations define
+    (tables, columns with types, defaults and nullability, constraints and indexes by
+    definition, triggers, rules, policies and row-level security, functions, grants with
+    their grant option, memberships in both directions): each tampering, alone, on a fresh
+    database, is `not ready` with a finding naming the object; put back, it is ready."""
+    su = pg_db.superuser_dsn
+    assert readiness(pg_db.runtime_dsn).ready
+    execute(su, *tamper)
+    try:
+        report = readiness(pg_db.runtime_dsn)
+        assert not report.ready
+        assert any(named in f for f in report.findings), report.findings
+    finally:
+        execute(su, *restore)
+    report = readiness(pg_db.runtime_dsn)
+    assert report.findings == []
+    assert report.ready
+
+
+def test_storage_tuning_is_not_tampering(pg_db: TestDatabase) -> None:
+    """Rule: a table's storage parameters (autovacuum, fillfactor) are a DBA's tuning, not
+    the schema the migrations define: setting them leaves the database ready."""
+    execute(
+        pg_db.superuser_dsn,
+        "ALTER TABLE qlsched.runs SET (autovacuum_vacuum_scale_factor = 0.01, fillfactor = 90)",
+    )
+    assert readiness(pg_db.runtime_dsn).findings == []

@@ -2,7 +2,7 @@
 must exist, and whether the end state keeps exactly once.
 
 Pure over plain data (``check``), so the explorer and the soak share it; ``read_*`` read
-that data as the superuser. The rules (DESIGN §3, §5):
+that data as the superuser. The rules (docs/contract.md §3, §5):
 
 * at most once: no two Runs for one (trigger, scheduled_for), and each key is
   ``ql3:cron:v1:<trigger>:<revision>:<scheduled_for>``;

@@ -24,17 +24,18 @@ HAVING pg_catalog.count(*) > 1
 -- queue time and key, and per Run the number of Attempts, of pristine Attempts (attempt 1,
 -- `claimed`, `remote_worker`, every worker/session/lease/offer/callback/start/result/error
 -- field NULL), of events, and of the two admission events (seq 1 `run.created`, seq 2
--- `run.queued`). No parameters; ordered by trigger and occurrence.
+-- `run.queued`). No parameters; ordered by trigger and occurrence. Attempts are read through
+-- attempts_redacted: the observer may know whether a callback token is set, not the token.
 WITH a AS (
     SELECT a.run_id, pg_catalog.count(*)::bigint AS attempts,
            (pg_catalog.count(*) FILTER (
                WHERE a.attempt_no = 1 AND a.state = 'claimed'
                  AND a.executor_kind = 'remote_worker'
                  AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
-                 AND a.offer_id IS NULL AND a.callback_token IS NULL
+                 AND a.offer_id IS NULL AND NOT a.has_callback_token
                  AND a.started_at_ms IS NULL AND a.result IS NULL AND a.error IS NULL
            ))::bigint AS pristine
-      FROM qlsched.attempts AS a
+      FROM qlsched.attempts_redacted AS a
      GROUP BY a.run_id
 ),
 e AS (

@@ -1,12 +1,21 @@
 -- name: readiness_facts
--- The server version, this database and the role readiness runs as (named in findings).
+-- The server version, this database, the role readiness runs as (named in findings), the
+-- database's owner and its pinned catalog digest (the database-wide setting only, never a
+-- role's or a session's own value, which the role itself could set; NULL when missing).
 SELECT pg_catalog.current_setting('server_version_num')::int AS version_num,
-       pg_catalog.current_database()::text AS database, CURRENT_USER::text AS role;
+       d.datname::text AS database, CURRENT_USER::text AS role,
+       pg_catalog.pg_get_userbyid(d.datdba)::text AS database_owner,
+       (SELECT pg_catalog.substr(c, pg_catalog.length('qlsched.catalog_digest=') + 1)
+          FROM pg_catalog.pg_db_role_setting AS s, pg_catalog.unnest(s.setconfig) AS c
+         WHERE s.setdatabase = d.oid AND s.setrole = 0
+           AND c LIKE 'qlsched.catalog\_digest=%') AS catalog_digest
+  FROM pg_catalog.pg_database AS d
+ WHERE d.datname = pg_catalog.current_database();
 
 -- name: acl_entries
 -- Every privilege granted on qlsched objects, the schema and this database, one row per
--- (kind, object, column, grantee, privilege). NULL ACLs are expanded to their defaults with
--- acldefault(), so an implicit PUBLIC grant (CONNECT/TEMP on a database, EXECUTE on a
+-- (kind, object, column, grantee, privilege, grantable). NULL ACLs are expanded to their
+-- defaults with acldefault(), so an implicit PUBLIC grant (CONNECT/TEMP on a database, EXECUTE on a
 -- function) shows up. Grantee 0 is PUBLIC. Grants to the object's own owner are left out.
 WITH objs AS (
     SELECT 'table'::text AS kind, c.relname::text AS object, NULL::text AS col,
@@ -42,7 +51,7 @@ SELECT o.kind, o.object, o.col,
        CASE WHEN x.grantee = 0 THEN 'PUBLIC'
             ELSE (SELECT r.rolname::text FROM pg_catalog.pg_roles AS r WHERE r.oid = x.grantee)
        END AS grantee,
-       x.privilege_type AS privilege
+       x.privilege_type AS privilege, x.is_grantable AS grantable
   FROM objs AS o, LATERAL pg_catalog.aclexplode(o.acl) AS x
  WHERE x.grantee <> o.owner
  ORDER BY 1, 2, 3, 4, 5;
@@ -59,20 +68,25 @@ SELECT 'schema qlsched', pg_catalog.pg_get_userbyid(n.nspowner)::text
  WHERE n.nspname = 'qlsched' AND pg_catalog.pg_get_userbyid(n.nspowner) <> 'qlsched_owner';
 
 -- name: role_attributes
-SELECT r.rolname::text AS role, r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication,
-       r.rolbypassrls, r.rolcanlogin
+-- The attributes of the five roles (the bootstrap makes each NOINHERIT, none privileged).
+SELECT r.rolname::text AS role, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb,
+       r.rolreplication, r.rolbypassrls, r.rolcanlogin
   FROM pg_catalog.pg_roles AS r
  WHERE r.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
                      'qlsched_worker_ingress', 'qlsched_observer')
  ORDER BY 1;
 
 -- name: role_memberships
--- Roles that any qlsched role is a member of (there should be none).
+-- Memberships in both directions (there should be none): a qlsched role in any role (a
+-- pg_* role would read around the grants), and any role in a qlsched role (it would act
+-- as that role, e.g. `GRANT qlsched_runtime TO intruder`).
 SELECT m.rolname::text AS member, g.rolname::text AS granted
   FROM pg_catalog.pg_auth_members AS am
   JOIN pg_catalog.pg_roles AS m ON m.oid = am.member
   JOIN pg_catalog.pg_roles AS g ON g.oid = am.roleid
  WHERE m.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
+                     'qlsched_worker_ingress', 'qlsched_observer')
+    OR g.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
                      'qlsched_worker_ingress', 'qlsched_observer')
  ORDER BY 1, 2;
 
