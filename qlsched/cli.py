@@ -1,8 +1,9 @@
 """The command line: ``python -m qlsched COMMAND`` (also the ``qlsched`` console script).
 
-Each command lives in ``qlsched.commands.<name>`` and is imported only when chosen, so
-``qlsched next`` never loads asyncpg. Every command returns an exit code; expected failures
-(bad config, unreachable database, invalid file) print one line to stderr, never a traceback.
+Each command lives in ``qlsched.commands.<name>`` (``demo`` and ``bench`` in the tools wing,
+``qlsched.tools``) and is imported only when chosen, so ``qlsched next`` never loads asyncpg.
+Every command returns an exit code; expected failures (bad config, unreachable database,
+invalid file) print one line to stderr, never a traceback.
 Exit codes: 0 ok, 1 failed or not ready, 2 bad input or configuration.
 """
 
@@ -25,6 +26,12 @@ COMMANDS: dict[str, str] = {
     "next": "preview the next fire times of a cron expression",
     "bench": "the project's benchmark, with the same-run pgbench ceiling",
 }
+
+TOOLS: dict[str, str] = {
+    "demo": "qlsched.tools.demo.command",
+    "bench": "qlsched.tools.bench.command",
+}
+"""Commands whose module is in the tools wing rather than ``qlsched.commands``."""
 
 
 def _add_database_options(p: argparse.ArgumentParser, *, role: str) -> None:
@@ -111,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = importlib.import_module("qlsched.commands." + args.command.replace("-", "_"))
+    name = TOOLS.get(args.command) or "qlsched.commands." + args.command.replace("-", "_")
+    module = importlib.import_module(name)
     try:
         code: int = module.main(args)
     except KeyboardInterrupt:

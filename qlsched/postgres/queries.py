@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
@@ -25,18 +26,21 @@ def _parse(text: str) -> dict[str, str]:
     return blocks
 
 
-@cache
-def _all() -> dict[str, str]:
+def read_blocks(folder: Traversable) -> dict[str, str]:
+    """Every named block of the ``*.sql`` files in ``folder``; a name used twice is an error."""
     blocks: dict[str, str] = {}
-    for entry in sorted(
-        resources.files("qlsched.postgres").joinpath("sql").iterdir(), key=lambda e: e.name
-    ):
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             for name, body in _parse(entry.read_text(encoding="utf-8")).items():
                 if name in blocks:
                     raise RuntimeError(f"duplicate SQL block name {name!r}")
                 blocks[name] = body
     return blocks
+
+
+@cache
+def _all() -> dict[str, str]:
+    return read_blocks(resources.files("qlsched.postgres").joinpath("sql"))
 
 
 def query(name: str) -> str:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import qlsched
 from tests.integration.schema_support import run_cli
 
-PUBLISH_FILE = str(Path(qlsched.__file__).parent / "demo_triggers.toml")
+PUBLISH_FILE = str(Path(__file__).resolve().parents[2] / "examples" / "triggers.toml")
 
 COMMANDS: dict[str, list[str]] = {
     "init-db": ["init-db", "--database", "qlbad_never_created"],

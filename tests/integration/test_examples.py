@@ -92,12 +92,6 @@ def _run_service(db: TestDatabase, seconds: float, signum: signal.Signals) -> st
     return out
 
 
-def test_packaged_triggers_are_the_example() -> None:
-    """The copy the demo uses when installed without the source tree is the example."""
-    packaged = REPO / "qlsched" / "demo_triggers.toml"
-    assert packaged.read_bytes() == TRIGGERS.read_bytes()
-
-
 @pytest.mark.integration
 def test_triggers_example_publishes_twice(pg_db: TestDatabase) -> None:
     """Every trigger of the example is added; publishing it again changes nothing."""

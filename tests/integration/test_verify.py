@@ -1,4 +1,4 @@
-"""The exactly-once verifier (``qlsched.postgres.verify``) on a real history, then broken.
+"""The exactly-once verifier (``qlsched.tools.verify``) on a real history, then broken.
 
 One in-process replica schedules two fast triggers for a few seconds; the history it leaves
 must verify clean. Then a superuser corrupts it the ways the fault tests must catch - a
@@ -21,7 +21,7 @@ from qlsched.core.diagnostics import MemorySink
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
-from qlsched.postgres.verify import Occurrence, VerifyReport, verify_exactly_once
+from qlsched.tools.verify import Occurrence, VerifyReport, verify_exactly_once
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration

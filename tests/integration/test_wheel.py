@@ -66,7 +66,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_contains_the_sql_and_the_type_marker(wheel: Path) -> None:
     """Rule: the wheel carries the migrations and bootstrap under qlsched/_schema/postgres,
-    every named-query file of qlsched/postgres/sql, and py.typed."""
+    every named-query file of qlsched/postgres/sql, the tools' SQL, the example triggers
+    under qlsched/_examples, and py.typed."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     sql_files = sorted(
@@ -79,7 +80,10 @@ def test_wheel_contains_the_sql_and_the_type_marker(wheel: Path) -> None:
         *(f"qlsched/_schema/postgres/{m}" for m in MIGRATIONS),
         "qlsched/_schema/postgres/bootstrap.sql",
         "qlsched/py.typed",
+        "qlsched/_examples/triggers.toml",
         *(f"qlsched/postgres/sql/{name}" for name in sql_files),
+        *(f"qlsched/tools/sql/{name}" for name in ("bench.sql", "demo.sql")),
+        "qlsched/tools/pgbench/pair.sql",
     }
     assert expected <= names, sorted(expected - names)
     migrations = {n.rsplit("/", 1)[1] for n in names if n.startswith("qlsched/_schema/postgres/")}
@@ -120,3 +124,26 @@ def test_installed_wheel_checks_a_database_from_outside_the_repo(
     migrated = _run([qlsched, "migrate", "--dsn", pg_db.superuser_dsn], cwd=tmp_path, timeout=60)
     assert migrated.returncode == 0, migrated.stderr
     assert migrated.stdout == "".join(f"migration {m}: already applied\n" for m in MIGRATIONS)
+
+
+def test_installed_demo_reads_the_packaged_example_triggers(
+    installed: Path, tmp_path: Path
+) -> None:
+    """Rule: the demo's triggers are examples/triggers.toml as packaged in the wheel
+    (qlsched/_examples), byte for byte, not a hand-kept copy nor the source tree's file."""
+    result = _run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "from qlsched.tools.demo.plan import triggers_file, triggers_source;"
+            " print(triggers_file()); import sys;"
+            " sys.stdout.flush(); sys.stdout.buffer.write(triggers_source()[1])",
+        ],
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    where, _, content = result.stdout.partition("\n")
+    assert Path(where).resolve().is_relative_to(installed.resolve()), where
+    assert Path(where).parent.name == "_examples"
+    assert content == (REPO / "examples" / "triggers.toml").read_text()

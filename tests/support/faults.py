@@ -8,7 +8,7 @@ or, where a gate must read a replica's outcomes, in-process ``open_cluster_contr
 
 ``verify_end_state`` reads the database only (as superuser) and returns every broken rule as
 one line; a gate asserts the list is empty. It runs the package's verifier
-(``qlsched.postgres.verify``) and then these checks of its own, per docs/contract.md §4/§5:
+(``qlsched.tools.verify``) and then these checks of its own, per docs/contract.md §4/§5:
 
 * no occurrence (trigger, revision, scheduled_for) has more than one Run, and each Run's
   idempotency key is ``ql3:cron:v1:<trigger>:<revision>:<scheduled_for>``;
@@ -54,7 +54,7 @@ from qlsched.postgres.initdb import init_db
 from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Connection, Database, connect_once, open_database
 from qlsched.postgres.publish import publish
-from qlsched.postgres.verify import VerifyReport, verify_exactly_once
+from qlsched.tools.verify import VerifyReport, verify_exactly_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -326,7 +326,7 @@ async def verify_end_state(
 ) -> Verdict:
     """Check the end state (see the module docstring); call with the replicas stopped.
 
-    Runs the package's own verifier (``qlsched.postgres.verify.verify_exactly_once``, with
+    Runs the package's own verifier (``qlsched.tools.verify.verify_exactly_once``, with
     the baseline cursors as the windows' first cursors) and then the gates' stricter checks
     (exact counter deltas from the baseline, the fence audit); problems of both are listed.
     """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from qlsched.bench.ceiling import pool_options
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
+from qlsched.tools.bench.ceiling import pool_options
 
 
 def test_pgbench_gets_every_setting_of_both_pools() -> None:

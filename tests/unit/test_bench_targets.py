@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qlsched.bench.report import (
+from qlsched.tools.bench.report import (
     CeilingResult,
     ClaimLatency,
     DrainResult,

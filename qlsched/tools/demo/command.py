@@ -7,7 +7,7 @@ What it does, in order:
    server's cluster-wide ``qlsched_*`` roles are created when missing and re-configured, as
    ``init-db`` does).
 2. ``init-db`` (roles, schema) and ``publish`` of the example triggers
-   (``examples/triggers.toml``, or the copy packaged as ``qlsched/demo_triggers.toml``).
+   (``examples/triggers.toml``, packaged in the wheel as ``qlsched/_examples``).
 3. ``--replicas`` replicas, each a separate ``python -m qlsched run`` process with its own
    owner name, a short lease (so a takeover shows within the demo) and a fast cadence.
 4. Live progress once a second, read with the observer role: Runs admitted per replica,
@@ -51,14 +51,14 @@ import trio
 from qlsched.commands._common import BAD_INPUT, FAILED, fail
 from qlsched.core.specs import PublishFile, decode_publish_file
 from qlsched.embedded import open_embedded
-from qlsched.fleet import Fleet, Replica, wait_exit
 from qlsched.postgres.dsn import redact
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Connection, Database, connect_once, open_database
 from qlsched.postgres.publish import publish
-from qlsched.postgres.verify import (
+from qlsched.tools.fleet import Fleet, Replica, wait_exit
+from qlsched.tools.verify import (
     RunSighting,
     ScheduleState,
     TriggerRef,
@@ -99,7 +99,6 @@ MIN_REPLICAS, MAX_REPLICAS = 2, 32
 MIN_SECONDS, MAX_SECONDS = 5, 86_400
 WIDTH = 100
 TRIGGERS_FILE = "triggers.toml"
-PACKAGED_TRIGGERS = "demo_triggers.toml"
 
 FENCE = (
     "A fence is what a replica's claim on a trigger carries (owner, random token, version, "
@@ -131,13 +130,13 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def triggers_source() -> tuple[str, bytes]:
-    """The example triggers: the source tree's ``examples/triggers.toml`` when this runs from
-    a checkout (so edits to the example show), else the copy inside the package."""
-    checkout = Path(__file__).resolve().parents[2] / "examples" / TRIGGERS_FILE
-    if checkout.is_file():
-        return str(Path("examples") / TRIGGERS_FILE), checkout.read_bytes()
-    packaged = resources.files("qlsched").joinpath(PACKAGED_TRIGGERS)
-    return f"qlsched/{PACKAGED_TRIGGERS} (packaged)", packaged.read_bytes()
+    """The example triggers: ``examples/triggers.toml`` as packaged in the wheel
+    (``qlsched/_examples``), else the source tree's; OSError when missing."""
+    packaged = resources.files("qlsched").joinpath("_examples", TRIGGERS_FILE)
+    if packaged.is_file():
+        return str(Path("examples") / TRIGGERS_FILE), packaged.read_bytes()
+    checkout = Path(__file__).resolve().parents[3] / "examples" / TRIGGERS_FILE
+    return str(Path("examples") / TRIGGERS_FILE), checkout.read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------

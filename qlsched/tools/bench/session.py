@@ -20,10 +20,17 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from qlsched.bench.replicas import Fleet, Replica, ReplicaSettings, metrics, stop, wait_started
-from qlsched.postgres import bench_data
 from qlsched.postgres.pool import Connection, Database
-from qlsched.postgres.verify import VerifyReport, verify_exactly_once
+from qlsched.tools import bench_data
+from qlsched.tools.bench.replicas import (
+    Fleet,
+    Replica,
+    ReplicaSettings,
+    metrics,
+    stop,
+    wait_started,
+)
+from qlsched.tools.verify import VerifyReport, verify_exactly_once
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""``qlsched bench``: the project's benchmark (``qlsched.bench``), with the pgbench ceiling.
+"""``qlsched bench``: the project's benchmark (``qlsched.tools.bench``), with the pgbench ceiling.
 
 Where it runs: with no ``--dsn``, an ephemeral embedded PostgreSQL (its own settings, stopped
 and removed at the end); with a superuser ``--dsn``, a fresh database
@@ -27,17 +27,17 @@ from pathlib import Path
 import msgspec
 import trio
 
-from qlsched.bench.ceiling import CeilingFailed
-from qlsched.bench.replicas import Fleet, ReplicaFailed
-from qlsched.bench.report import BenchReport, render
-from qlsched.bench.runner import Target, run_bench
-from qlsched.bench.session import BenchOptions, options_for
 from qlsched.commands._common import BAD_INPUT, FAILED, fail
 from qlsched.embedded import EmbeddedError, find_bindir, open_embedded
 from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.verify import drop_database
+from qlsched.tools.bench.ceiling import CeilingFailed
+from qlsched.tools.bench.replicas import Fleet, ReplicaFailed
+from qlsched.tools.bench.report import BenchReport, render
+from qlsched.tools.bench.runner import Target, run_bench
+from qlsched.tools.bench.session import BenchOptions, options_for
+from qlsched.tools.verify import drop_database
 
 MAX_TRIGGERS = 1_000_000
 MAX_REPLICAS = 32

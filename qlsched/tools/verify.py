@@ -40,7 +40,7 @@ import msgspec
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.core.keys import idempotency_key
 from qlsched.postgres.pool import Connection
-from qlsched.postgres.queries import query
+from qlsched.tools.queries import tool_query
 
 TriggerRef = tuple[str, str]
 """(project_id, trigger_id)."""
@@ -284,9 +284,9 @@ async def verify_exactly_once(
     """
     firsts = dict(first_cursors or {})
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        schedules = [_Schedule(**dict(r)) for r in await conn.fetch(query("verify_schedules"))]
-        duplicate_rows = await conn.fetch(query("verify_duplicates"))
-        runs = [_Run(**dict(r)) for r in await conn.fetch(query("verify_runs"))]
+        schedules = [_Schedule(**dict(r)) for r in await conn.fetch(tool_query("verify_schedules"))]
+        duplicate_rows = await conn.fetch(tool_query("verify_duplicates"))
+        runs = [_Run(**dict(r)) for r in await conn.fetch(tool_query("verify_runs"))]
 
     by_trigger: dict[TriggerRef, list[_Run]] = {}
     bad_runs: list[RunProblem] = []
@@ -369,23 +369,25 @@ class RunSighting(msgspec.Struct, frozen=True):
 
 
 async def read_schedule_states(conn: Connection) -> list[ScheduleState]:
-    return [ScheduleState(**dict(r)) for r in await conn.fetch(query("demo_schedules"))]
+    return [ScheduleState(**dict(r)) for r in await conn.fetch(tool_query("demo_schedules"))]
 
 
 async def runs_by_owner(conn: Connection) -> dict[str, int]:
-    return {str(r["owner"]): int(r["runs"]) for r in await conn.fetch(query("demo_runs_by_owner"))}
+    return {
+        str(r["owner"]): int(r["runs"]) for r in await conn.fetch(tool_query("demo_runs_by_owner"))
+    }
 
 
 async def run_for_occurrence(
     conn: Connection, project_id: str, trigger_id: str, scheduled_for_ms: int
 ) -> RunSighting | None:
     row = await conn.fetchrow(
-        query("demo_run_for_occurrence"), project_id, trigger_id, scheduled_for_ms
+        tool_query("demo_run_for_occurrence"), project_id, trigger_id, scheduled_for_ms
     )
     return None if row is None else RunSighting(**dict(row))
 
 
 async def drop_database(conn: Connection, database: str) -> None:
     """Drop ``database`` (superuser, connected to another database), ending its sessions."""
-    statement = await conn.fetchval(query("demo_drop_database_statement"), database)
+    statement = await conn.fetchval(tool_query("demo_drop_database_statement"), database)
     await conn.execute(statement)

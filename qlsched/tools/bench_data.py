@@ -29,6 +29,7 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.publish import publish
 from qlsched.postgres.queries import query
+from qlsched.tools.queries import tool_query
 
 PROJECT = "bench"
 TASK = "bench"
@@ -95,7 +96,7 @@ class RunsWindow(msgspec.Struct, frozen=True):
 
 async def reset(conn: Connection) -> None:
     """Empty every qlsched table."""
-    await conn.execute(query("bench_reset"))
+    await conn.execute(tool_query("bench_reset"))
 
 
 async def load_triggers(
@@ -118,9 +119,9 @@ async def load_triggers(
     )
     await publish(conn, spec)
     async with conn.transaction():
-        await conn.execute(query("bench_fast_load"))
+        await conn.execute(tool_query("bench_fast_load"))
         await conn.execute(
-            query("bench_load_triggers"),
+            tool_query("bench_load_triggers"),
             PROJECT,
             TASK,
             count,
@@ -135,10 +136,10 @@ async def load_schedules(conn: Connection, count: int, state: RowState, *, now_m
     """(Re)write the schedule rows of triggers t0000001..``count`` in ``state``: the table is
     emptied first, so the rows are fresh (no dead versions from an earlier state)."""
     async with conn.transaction():
-        await conn.execute(query("bench_truncate_schedules"))
-        await conn.execute(query("bench_fast_load"))
+        await conn.execute(tool_query("bench_truncate_schedules"))
+        await conn.execute(tool_query("bench_fast_load"))
         await conn.execute(
-            query("bench_load_schedules"),
+            tool_query("bench_load_schedules"),
             PROJECT,
             count,
             state.due_at_ms,
@@ -153,12 +154,12 @@ async def load_schedules(conn: Connection, count: int, state: RowState, *, now_m
 async def set_cursors(conn: Connection, cursors: Sequence[int]) -> int:
     """Move every row's cursor (trigger i to ``cursors[(i - 1) % len(cursors)]``) in one
     statement; returns the rows moved."""
-    return int(await conn.fetchval(query("bench_set_cursors"), PROJECT, list(cursors)))
+    return int(await conn.fetchval(tool_query("bench_set_cursors"), PROJECT, list(cursors)))
 
 
 async def vacuum(conn: Connection) -> None:
     """VACUUM (ANALYZE) the trigger and schedule tables (not inside a transaction)."""
-    await conn.execute(query("bench_vacuum"))
+    await conn.execute(tool_query("bench_vacuum"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,27 +167,27 @@ async def vacuum(conn: Connection) -> None:
 
 
 async def now_ms(conn: Connection) -> int:
-    return int(await conn.fetchval(query("bench_now_ms")))
+    return int(await conn.fetchval(tool_query("bench_now_ms")))
 
 
 async def server_facts(conn: Connection) -> ServerFacts:
-    row = await conn.fetchrow(query("bench_server_facts"))
+    row = await conn.fetchrow(tool_query("bench_server_facts"))
     assert row is not None
     return ServerFacts(**dict(row))
 
 
 async def sessions_of(conn: Connection, role: str) -> int:
-    return int(await conn.fetchval(query("bench_sessions_of"), role))
+    return int(await conn.fetchval(tool_query("bench_sessions_of"), role))
 
 
 async def run_count(conn: Connection, first_ms: int, last_ms: int) -> int:
     """Runs whose occurrence lies in ``[first_ms, last_ms]``."""
-    return int(await conn.fetchval(query("bench_run_count"), first_ms, last_ms))
+    return int(await conn.fetchval(tool_query("bench_run_count"), first_ms, last_ms))
 
 
 async def runs_window(conn: Connection, first_ms: int, last_ms: int) -> RunsWindow:
     """Count, queue times and lag percentiles of the Runs in ``[first_ms, last_ms]``."""
-    row = await conn.fetchrow(query("bench_runs_window"), first_ms, last_ms)
+    row = await conn.fetchrow(tool_query("bench_runs_window"), first_ms, last_ms)
     assert row is not None
     lag: list[int] = list(row["lag_ms"] or [None, None, None])
     return RunsWindow(
@@ -233,7 +234,7 @@ async def claim_timings(
     Taking the three in turn puts a burst of noise from the machine on all three alike.
     """
     claim = await conn.prepare(query("claim"))
-    bare = await conn.prepare(query("bench_round_trip"))
+    bare = await conn.prepare(tool_query("bench_round_trip"))
     out = ClaimTimings(claims=[], single=[], round_trip=[])
     for i in range(warmup + repetitions):
         for k, samples in ((limit, out.claims), (1, out.single)):
@@ -290,9 +291,9 @@ _VARIABLE = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def pgbench_template(name: str) -> str:
-    """The text of ``qlsched/postgres/pgbench/NAME.sql``."""
+    """The text of ``qlsched/tools/pgbench/NAME.sql``."""
     return (
-        resources.files("qlsched.postgres")
+        resources.files("qlsched.tools")
         .joinpath("pgbench", f"{name}.sql")
         .read_text(encoding="utf-8")
     )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from qlsched.bench.machine import CpuUse, Load, Machine
+from qlsched.tools.bench.machine import CpuUse, Load, Machine
 
 
 class Lag(msgspec.Struct, frozen=True):

@@ -23,8 +23,8 @@ from pathlib import Path
 import msgspec
 import trio
 
-from qlsched import fleet
-from qlsched.fleet import wait_exit
+from qlsched.tools import fleet
+from qlsched.tools.fleet import wait_exit
 
 START_TIMEOUT_S = 60.0
 STOP_SLACK_S = 5.0

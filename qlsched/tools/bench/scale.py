@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import trio
 
-from qlsched.bench.replicas import Replica, check_alive, metrics
-from qlsched.bench.report import ClaimLatency, RssResult, percentile
-from qlsched.bench.session import BenchSession
-from qlsched.postgres import bench_data
-from qlsched.postgres.bench_data import ClaimPlan, RowState
 from qlsched.postgres.pool import Connection, open_database
 from qlsched.postgres.store import CLAIM_SETTINGS
+from qlsched.tools import bench_data
+from qlsched.tools.bench.replicas import Replica, check_alive, metrics
+from qlsched.tools.bench.report import ClaimLatency, RssResult, percentile
+from qlsched.tools.bench.session import BenchSession
+from qlsched.tools.bench_data import ClaimPlan, RowState
 
 STATES: dict[str, RowState] = {
     "none_due": RowState(),

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import trio
 
-from qlsched.bench.drain import LARGEST_GRACE_MS, YEARLY, last_new_year_ms
-from qlsched.bench.report import CeilingResult, PgbenchRun
-from qlsched.bench.session import BenchSession
-from qlsched.postgres import bench_data
-from qlsched.postgres.bench_data import RowState
 from qlsched.postgres.dsn import password_of, user_of, with_credentials
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
+from qlsched.tools import bench_data
+from qlsched.tools.bench.drain import LARGEST_GRACE_MS, YEARLY, last_new_year_ms
+from qlsched.tools.bench.report import CeilingResult, PgbenchRun
+from qlsched.tools.bench.session import BenchSession
+from qlsched.tools.bench_data import RowState
 
 SCRIPT = "pair"
 OWNER = "bench-pgbench"

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import trio
 
-from qlsched.bench.replicas import check_alive
-from qlsched.bench.report import Lag, SteadyResult, ratio
-from qlsched.bench.session import BenchSession
 from qlsched.core.cron import next_after, parse_cron
-from qlsched.postgres import bench_data
-from qlsched.postgres.bench_data import PROJECT, RowState, RunsWindow
 from qlsched.postgres.pool import Connection
+from qlsched.tools import bench_data
+from qlsched.tools.bench.replicas import check_alive
+from qlsched.tools.bench.report import Lag, SteadyResult, ratio
+from qlsched.tools.bench.session import BenchSession
+from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
 
 OFFSETS = 60
 LEAD_MS = 1_000

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import msgspec
 
-from qlsched.bench import machine as machine_facts
-from qlsched.bench.ceiling import ceiling
-from qlsched.bench.drain import burst, same_tick
-from qlsched.bench.replicas import Fleet
-from qlsched.bench.report import BenchConfig, BenchReport, PostgresInfo, exactly_once, targets
-from qlsched.bench.scale import scale
-from qlsched.bench.session import BenchOptions, BenchSession
-from qlsched.bench.steady import steady
-from qlsched.postgres import bench_data
 from qlsched.postgres.pool import open_database
+from qlsched.tools import bench_data
+from qlsched.tools.bench import machine as machine_facts
+from qlsched.tools.bench.ceiling import ceiling
+from qlsched.tools.bench.drain import burst, same_tick
+from qlsched.tools.bench.replicas import Fleet
+from qlsched.tools.bench.report import BenchConfig, BenchReport, PostgresInfo, exactly_once, targets
+from qlsched.tools.bench.scale import scale
+from qlsched.tools.bench.session import BenchOptions, BenchSession
+from qlsched.tools.bench.steady import steady
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,1 @@
+"""``qlsched demo``: replica processes, one crashed mid-way, verified exactly once."""
