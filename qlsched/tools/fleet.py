@@ -7,11 +7,10 @@ database. This module is the one copy of what that takes.
 
 Ownership: a ``Fleet`` owns every process it spawns: they are tracked by pid, signalled only
 while not yet reaped, and SIGKILLed and reaped when the ``with`` block is left, however it is
-left. A guardian process (``_GUARDIAN``, its own session) makes sure none outlives its owner
-even when the owner itself is SIGKILLed: it SIGKILLs each replica that is still the very
-process started (same pid and start time in ``/proc``, so a recycled pid is never hit), and,
-if asked, removes the work directory. The embedded server has its own guardian
-(``qlsched.embedded``).
+left. A guardian process (``qlsched.embedded.guardian``, shared with the embedded server)
+makes sure none outlives its owner even when the owner itself is SIGKILLed: it SIGKILLs
+each replica that is still the very process started (same pid and start time in ``/proc``,
+so a recycled pid is never hit), and, if asked, removes the work directory.
 
 Secrets: a replica's runtime DSN goes through its environment (``QLSCHED_DSN``), never argv,
 which any local user can read.
@@ -19,7 +18,6 @@ which any local user can read.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -32,35 +30,7 @@ from typing import Generic, Self, TypeVar
 import msgspec
 import trio
 
-# Run by ``sys.executable -I -c`` with the read end of a pipe (and, optionally, the work
-# directory): reads "pid starttime" lines until EOF. EOF after a "done" line is the owner's
-# clean exit (every replica reaped): nothing to do. EOF without it means the owner died
-# (SIGKILL included): SIGKILL each pid that is still the process started (same start time in
-# /proc) and remove the work directory, if one was given.
-_GUARDIAN = """\
-import os, shutil, signal, sys
-fd, workdirs, pids, pending, done = int(sys.argv[1]), sys.argv[2:], {}, b"", False
-while chunk := os.read(fd, 4096):
-    pending += chunk
-    *lines, pending = pending.split(b"\\n")
-    for line in lines:
-        if line == b"done":
-            done = True
-        elif line:
-            pid, ticks = line.split()
-            pids[int(pid)] = ticks
-if not done:
-    for pid, ticks in pids.items():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                raw = stat.read()
-            if raw[raw.rindex(b")") + 2 :].split()[19] == ticks:
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
-    for workdir in workdirs:
-        shutil.rmtree(workdir, ignore_errors=True)
-"""
+from qlsched.embedded.guardian import Guardian
 
 
 @dataclass
@@ -126,47 +96,20 @@ class Fleet(Generic[R]):
         self.replicas: list[R] = []
         self._kind = kind
         self._guardian_removes_workdir = guardian_removes_workdir
-        self._guardian: subprocess.Popen[bytes] | None = None
-        self._guardian_fd: int | None = None
+        self._guardian: Guardian | None = None
 
     def __enter__(self) -> Self:
-        read_fd, write_fd = os.pipe()  # non-inheritable: only the guardian gets read_fd
-        argv = [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd)]
-        if self._guardian_removes_workdir:
-            argv.append(str(self.workdir))
-        try:
-            self._guardian = subprocess.Popen(
-                argv,
-                pass_fds=(read_fd,),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,  # a terminal's Ctrl-C is the owner's to handle
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._guardian_fd = write_fd
+        remove = [self.workdir] if self._guardian_removes_workdir else []
+        self._guardian = Guardian(first_signal=signal.SIGKILL, remove=remove)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.kill_all()
         for replica in self.replicas:
             replica.proc.wait()
-        if self._guardian_fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, b"done\n")
-            os.close(self._guardian_fd)
-            self._guardian_fd = None
         if self._guardian is not None:
-            try:
-                self._guardian.wait(10)
-            except subprocess.TimeoutExpired:
-                self._guardian.kill()
-                self._guardian.wait()
+            self._guardian.retire()
+            self._guardian = None
 
     def spawn(
         self,
@@ -211,15 +154,9 @@ class Fleet(Generic[R]):
             )
         replica = self._kind(name=owner, proc=proc, log=log, diagnostics=diagnostics)
         self.replicas.append(replica)
-        self._announce(proc.pid)
+        if self._guardian is not None:
+            self._guardian.announce(proc.pid)
         return replica
-
-    def _announce(self, pid: int) -> None:
-        ticks = _start_ticks(pid)
-        if self._guardian_fd is not None and ticks is not None:
-            # A guardian that is gone only loses the SIGKILL-of-the-owner case: we still reap.
-            with contextlib.suppress(OSError):
-                os.write(self._guardian_fd, f"{pid} {ticks}\n".encode())
 
     def kill_all(self) -> None:
         for replica in self.replicas:
@@ -227,15 +164,6 @@ class Fleet(Generic[R]):
 
     def alive(self) -> list[R]:
         return [r for r in self.replicas if r.alive()]
-
-
-def _start_ticks(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, ``/proc/PID/stat`` field 22)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].split()[19].decode()
 
 
 async def wait_exit(replica: Replica, timeout_s: float) -> bool:
