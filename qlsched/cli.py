@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "status": "schedules, claims, lag, backlog and recent runs (observer DSN)",
     "next": "preview the next fire times of a cron expression",
     "bench": "the project's benchmark, with the same-run pgbench ceiling",
+    "local": "start, stop or show the local database that commands without a DSN share",
 }
 
 TOOLS: dict[str, str] = {
@@ -35,10 +36,10 @@ TOOLS: dict[str, str] = {
 
 
 def _add_database_options(p: argparse.ArgumentParser, *, role: str) -> None:
-    p.add_argument("--dsn", help=f"PostgreSQL DSN ({role}); default: the embedded database")
+    p.add_argument("--dsn", help=f"PostgreSQL DSN ({role}); default: the local database")
     p.add_argument("--config", help="a TOML config file (also QLSCHED_CONFIG)")
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
-    p.add_argument("--data-dir", help="data directory of the embedded database")
+    p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,10 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
 
     p = subs["init-db"]
-    p.add_argument("--dsn", help="superuser DSN (default: the embedded database)")
+    p.add_argument("--dsn", help="superuser DSN (default: the local database)")
     p.add_argument("--database", default="qlsched", help="database to create (default qlsched)")
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
-    p.add_argument("--data-dir", help="data directory of the embedded database")
+    p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
 
     for name in ("migrate", "check"):
         _add_database_options(subs[name], role="superuser or migration owner")
@@ -97,6 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
     p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+
+    p = subs["local"]
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, text in (
+        ("start", "start the local database (started on first use anyway)"),
+        ("stop", "stop it; nothing else ever does"),
+        ("status", "whether it runs (exit 0) or not (exit 1)"),
+        ("dsn", "print a DSN for ROLE that works from any process while it runs"),
+    ):
+        q = actions.add_parser(action, help=text, description=text)
+        q.add_argument("--data-dir", help="its data directory (also QLSCHED_DATA_DIR)")
+        q.add_argument("--pg-bindir", help="PostgreSQL server binaries to start it with")
+        if action == "dsn":
+            q.add_argument(
+                "role", metavar="ROLE", help="admin, runtime, worker_ingress, observer, superuser"
+            )
 
     p = subs["bench"]
     p.add_argument(

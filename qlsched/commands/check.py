@@ -7,7 +7,8 @@ import os
 
 import msgspec
 
-from qlsched.commands._common import fail, run_command
+from qlsched.commands._common import run_command
+from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
@@ -19,14 +20,13 @@ def main(args: argparse.Namespace) -> int:
 
     async def body() -> int:
         config = load_config(file=config_file, flags={"dsn": args.dsn, "lease_ms": args.lease_ms})
-        if not config.dsn:
-            return fail("check", "--dsn (or QLSCHED_DSN) is required", 2)
+        dsn = config.dsn or await local_dsn("check", args.data_dir, args.pg_bindir, "postgres")
 
         async def fn(conn: Connection) -> tuple[Readiness, list[RefusedTrigger]]:
             report = await check_readiness(conn, lease_ms=config.lease_ms)
             return report, (await readable_refusals(conn) if report.ready else [])
 
-        report, refused = await connect_once(config.dsn, fn)
+        report, refused = await connect_once(dsn, fn)
         if args.json:
             doc = msgspec.to_builtins(report)
             doc["refused"] = msgspec.to_builtins(refused)

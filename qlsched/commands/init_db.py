@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from qlsched.commands._common import embedded_database, run_command
-from qlsched.postgres.dsn import redact
+from qlsched.commands._common import run_command
+from qlsched.commands._local import local_data_dir, open_local
 from qlsched.postgres.initdb import InitReport, init_db
 
 
@@ -30,7 +29,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.dsn is not None:  # an empty --dsn is bad input (init_db says so), not "embedded"
         return run_command("init-db", lambda: body(args.dsn))
-    print("init-db: no --dsn, using the embedded database", file=sys.stderr)
-    with embedded_database(args.data_dir, args.pg_bindir) as server:
-        print(f"embedded server: {redact(server.dsn())}", file=sys.stderr)
-        return run_command("init-db", lambda: body(server.dsn()))
+
+    async def local() -> int:
+        server = await open_local("init-db", local_data_dir(args.data_dir), args.pg_bindir)
+        return await body(server.dsn())
+
+    return run_command("init-db", local)

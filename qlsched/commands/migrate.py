@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 
 from qlsched.commands._common import fail, run_command
+from qlsched.commands._local import local_dsn
 from qlsched.postgres.login import OWNER, WrongRole, read_login
 from qlsched.postgres.migrate import MigrateReport, migrate
 from qlsched.postgres.pool import Connection, connect_once
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.dsn:
-        return fail("migrate", "--dsn is required (or use `qlsched init-db`)", 2)
+    if args.dsn == "":
+        return fail("migrate", "--dsn must not be empty (leave it out for the local database)", 2)
 
     async def body() -> int:
         async def fn(conn: Connection) -> MigrateReport:
@@ -28,7 +29,8 @@ def main(args: argparse.Namespace) -> int:
                 )
             return await migrate(conn)
 
-        report = await connect_once(args.dsn, fn)
+        dsn = args.dsn or await local_dsn("migrate", args.data_dir, args.pg_bindir, "postgres")
+        report = await connect_once(dsn, fn)
         for name in report.applied:
             print(f"migration {name}: applied")
         for name in report.already:

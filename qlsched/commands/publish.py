@@ -3,6 +3,7 @@
 The file is validated before anything connects; an empty file is bad input (it would
 publish nothing and say nothing). The DSN's role is checked once before any write, so a
 runtime or observer DSN is named as such instead of failing on a table's permissions.
+Without a DSN it publishes to the local database (``qlsched local``) as its admin role.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import os
 
 from qlsched.commands._common import fail, run_command
+from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
 from qlsched.core.specs import SpecError, decode_publish_file
 from qlsched.postgres.login import ADMIN, read_login, require
@@ -38,14 +40,15 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )
-        if not config.dsn:
-            return fail("publish", "--dsn (or QLSCHED_DSN) is required: the admin role's DSN", 2)
+        dsn = config.dsn or await local_dsn(
+            "publish", args.data_dir, args.pg_bindir, "qlsched_admin"
+        )
 
         async def fn(conn: Connection) -> PublishResult:
             require(await read_login(conn, ADMIN), command="publish", role=ADMIN)
             return await publish(conn, spec, prune=args.prune)
 
-        result = await connect_once(config.dsn, fn)
+        result = await connect_once(dsn, fn)
         for kind, items in (
             ("project", result.projects),
             ("task", result.tasks),

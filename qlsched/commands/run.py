@@ -4,7 +4,7 @@ Config is validated before anything connects (exit 2 on a bad value). Then, once
 replica starts: the ``--http`` address is tried (a port in use is one line, exit 1), and the
 DSN's role is read (an admin or observer DSN is named, exit 2; a superuser is warned about;
 a database without the schema says to run ``init-db``). Without a DSN the replica runs on the
-embedded database in a persistent data directory (a development mode).
+local database (``qlsched local``), started on first use and left running when it stops.
 
 On SIGINT/SIGTERM: withdraw admission, drain the scheduler within ``stop_timeout_ms``, close
 the pools; exit 0 after a clean stop. ``--summary SECONDS`` prints a one-line summary of the
@@ -25,12 +25,12 @@ import msgspec
 import trio
 
 from qlsched.cluster.root import ClusterControl, open_cluster_control
-from qlsched.commands._common import embedded_database, fail, run_command
+from qlsched.commands._common import fail, run_command
+from qlsched.commands._local import local_dsn
 from qlsched.commands._summary import Summary
 from qlsched.core.config import Config, ConfigError, load_config
 from qlsched.core.diagnostics import DiagnosticSink, route_library_logs
 from qlsched.postgres.errors import SchemaNotReady
-from qlsched.postgres.initdb import init_db
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 
@@ -208,17 +208,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         if config.dsn:
             return run_command("run", lambda: run_replica(config, stream, summary_s=summary_s))
-        print("qlsched run: no --dsn, using the embedded database", file=sys.stderr)
-        with embedded_database(config.data_dir, config.pg_bindir) as server:
 
-            async def embedded() -> int:
-                report = await init_db(server.dsn(), want_passwords=False)
-                runtime = next(r.dsn for r in report.roles if r.role == "qlsched_runtime")
-                return await run_replica(
-                    msgspec.structs.replace(config, dsn=runtime), stream, summary_s=summary_s
-                )
+        async def local() -> int:
+            runtime = await local_dsn("run", config.data_dir, config.pg_bindir, "qlsched_runtime")
+            return await run_replica(
+                msgspec.structs.replace(config, dsn=runtime), stream, summary_s=summary_s
+            )
 
-            return run_command("run", embedded)
+        return run_command("run", local)
     finally:
         if stream is not None:
             stream.close()

@@ -19,9 +19,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from qlsched.commands._common import embedded_database, run_command
+from qlsched.commands._common import run_command
+from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
-from qlsched.postgres.initdb import init_db
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import StatusReport, read_status
@@ -145,12 +145,10 @@ def main(args: argparse.Namespace) -> int:
         # Given, even empty: configuration validates it (an empty DSN is bad input, exit 2),
         # never a silent fall-back to the embedded database.
         return run_command("status", configured)
-    print("status: no --dsn, using the embedded database", file=sys.stderr)
-    with embedded_database(args.data_dir, args.pg_bindir) as server:
 
-        async def embedded() -> int:
-            report = await init_db(server.dsn(), want_passwords=False)
-            observer = next(r.dsn for r in report.roles if r.role == "qlsched_observer")
-            return await body(observer)
+    async def local() -> int:
+        return await body(
+            await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
+        )
 
-        return run_command("status", embedded)
+    return run_command("status", local)

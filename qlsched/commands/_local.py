@@ -1,0 +1,59 @@
+"""The local database behind every command run without a DSN (``qlsched.embedded.local``).
+
+The first such command starts the server and initialises the database ``qlsched`` (roles,
+schema: what ``init-db`` does), holding the start lock so that no other command attaches
+to it half-made; later commands attach. The server keeps running until ``local stop``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from qlsched.embedded.local import (
+    DATA_DIR_ENV,
+    LocalServer,
+    attach_or_start,
+    default_data_dir,
+    start_lock,
+)
+from qlsched.postgres.initdb import LOGIN_ROLES, init_db
+
+DATABASE = "qlsched"
+SUPERUSER = "postgres"
+ROLES: dict[str, str] = {
+    "superuser": SUPERUSER,
+    **{role.removeprefix("qlsched_"): role for role in LOGIN_ROLES},
+}
+"""What ``local dsn ROLE`` accepts: the short names, each for its ``qlsched_*`` role."""
+
+
+def local_data_dir(given: str | None) -> Path:
+    """``given`` (``--data-dir``), else ``$QLSCHED_DATA_DIR``, else the default."""
+    chosen = given or os.environ.get(DATA_DIR_ENV)
+    return Path(chosen).expanduser().absolute() if chosen else default_data_dir()
+
+
+async def open_local(command: str, data_dir: Path, bindir: str | None) -> LocalServer:
+    """The running local server, started and initialised on first use."""
+    # A blocking lock on the Trio thread: a command has nothing else to do meanwhile.
+    with start_lock(data_dir):
+        server = await trio.to_thread.run_sync(attach_or_start, data_dir, bindir)
+        if server.started:
+            await init_db(server.dsn(), database=DATABASE, want_passwords=False)
+            print(
+                f"qlsched {command}: started the local database in {data_dir}; "
+                "it keeps running until `qlsched local stop`",
+                file=sys.stderr,
+                flush=True,
+            )
+    return server
+
+
+async def local_dsn(command: str, data_dir: str | None, bindir: str | None, role: str) -> str:
+    """A DSN for ``role`` (a ``qlsched_*`` role or ``postgres``) on the local database."""
+    server = await open_local(command, local_data_dir(data_dir), bindir)
+    return server.dsn(DATABASE, role)
