@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=5, help="how many (default 5)")
 
     p = subs["local"]
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = p.add_subparsers(
+        dest="action", metavar="ACTION", required=True, help="what to do with it"
+    )
     for action, text in (
         ("start", "start the local database (started on first use anyway)"),
         ("stop", "stop it; nothing else ever does"),
