@@ -1,7 +1,7 @@
 """The ceiling: the per-occurrence pair (claim one row, admit it alone) under pgbench.
 
 Same server, same run, same rows as the burst drain (N triggers due at one past instant),
-the replicas' own claim and admit statements (``qlsched/postgres/pgbench/pair.sql``,
+the replicas' own claim and admit statements (``qlsched/tools/pgbench/pair.sql``,
 rendered from the named blocks), prepared, as the runtime role, with the replicas' pool
 settings (``PGOPTIONS``: generic plans, no sequential scans), on up to 2 threads, for a
 fixed time, at the replicas' concurrency: one client per replica (in a drain a replica has
