@@ -19,6 +19,7 @@ which any local user can read.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,12 @@ import trio
 
 from qlsched.embedded.guardian import Guardian
 
+_STARTED = re.compile(r"replica (\S+) started(?: (http://\S+))?")
+
+
+class ReplicaFailed(RuntimeError):
+    """A replica did not start, or exited by itself; the message ends with its log's tail."""
+
 
 @dataclass
 class Replica:
@@ -43,6 +50,8 @@ class Replica:
     diagnostics: Path
     http: str | None = None
     """``http://127.0.0.1:PORT`` once started."""
+    ended: str = ""
+    """How it ended, once it has: 'stopped in order', 'SIGKILL: ...', ..."""
 
     @property
     def pid(self) -> int:
@@ -175,3 +184,66 @@ async def wait_exit(replica: Replica, timeout_s: float) -> bool:
             await trio.sleep(0.02)
         return True
     return False
+
+
+async def wait_started(replicas: Sequence[Replica], timeout_s: float) -> None:
+    """Until every replica printed its started line (readiness, recovery and the lifecycle
+    passed, HTTP bound); its HTTP address is recorded.
+
+    Raises:
+        ReplicaFailed: one exited first, or they were not all ready within ``timeout_s``.
+    """
+    pending = {r.name: r for r in replicas}
+    with trio.move_on_after(timeout_s):
+        while pending:
+            for name, replica in list(pending.items()):
+                text = replica.log.read_text(errors="replace") if replica.log.exists() else ""
+                match = next((m for m in _STARTED.finditer(text) if m.group(1) == name), None)
+                if match is not None:
+                    replica.http = match.group(2)
+                    del pending[name]
+                elif not replica.alive():
+                    raise ReplicaFailed(
+                        f"replica {name} exited during start (code {replica.proc.returncode}):\n"
+                        + replica.log_tail()
+                    )
+            if pending:
+                await trio.sleep(0.05)
+        return
+    names = ", ".join(sorted(pending))
+    raise ReplicaFailed(f"replicas not ready within {timeout_s:.0f} s: {names}")
+
+
+def check_alive(replicas: Sequence[Replica]) -> None:
+    """Raise ReplicaFailed when a replica has exited by itself."""
+    for r in replicas:
+        if not r.alive():
+            raise ReplicaFailed(
+                f"replica {r.name} exited by itself (code {r.proc.returncode}):\n{r.log_tail()}"
+            )
+
+
+async def stop_in_order(replicas: Sequence[Replica], budget_s: float) -> list[str]:
+    """SIGTERM each replica, wait up to ``budget_s`` for each, SIGKILL those still alive;
+    each one's ``ended`` says how it went. Returns the problems (empty when every one
+    stopped in order with exit 0)."""
+    for r in replicas:
+        r.signal(signal.SIGTERM)
+    problems: list[str] = []
+
+    async def one(r: Replica) -> None:
+        if await wait_exit(r, budget_s):
+            code = r.proc.returncode
+            r.ended = "stopped in order" if code == 0 else f"exited with code {code}"
+            if code != 0:
+                problems.append(f"{r.name} exited with code {code} on SIGTERM")
+            return
+        r.signal(signal.SIGKILL)
+        await wait_exit(r, 10)
+        r.ended = "SIGKILL: did not stop within its deadline"
+        problems.append(f"{r.name} did not stop within {budget_s:.0f} s of SIGTERM: SIGKILLed")
+
+    async with trio.open_nursery() as nursery:
+        for r in replicas:
+            nursery.start_soon(one, r)
+    return problems

@@ -33,10 +33,11 @@ from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.tools.bench.ceiling import CeilingFailed
-from qlsched.tools.bench.replicas import Fleet, ReplicaFailed
+from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.report import BenchReport, render
 from qlsched.tools.bench.runner import Target, run_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
+from qlsched.tools.fleet import ReplicaFailed
 from qlsched.tools.verify import drop_database
 
 MAX_TRIGGERS = 1_000_000

@@ -16,7 +16,6 @@ left, however it is left. A guardian process SIGKILLs them should the bench itse
 from __future__ import annotations
 
 import re
-import signal
 import urllib.request
 from pathlib import Path
 
@@ -24,18 +23,12 @@ import msgspec
 import trio
 
 from qlsched.tools import fleet
-from qlsched.tools.fleet import wait_exit
 
 START_TIMEOUT_S = 60.0
 STOP_SLACK_S = 5.0
 """Beyond a replica's stop deadline, how long to wait for its exit before SIGKILL."""
 HTTP_TIMEOUT_S = 5.0
-_STARTED = re.compile(r"replica (\S+) started(?: (http://\S+))?")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-class ReplicaFailed(RuntimeError):
-    """A replica did not start, or exited by itself; the message ends with its log's tail."""
 
 
 class ReplicaSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,65 +95,18 @@ class Fleet:
 
 
 async def wait_started(replicas: list[Replica]) -> None:
-    """Until every replica printed its started line; its HTTP address is recorded.
+    """Until every replica printed its started line (``fleet.wait_started``).
 
     Raises:
         ReplicaFailed: one exited first, or they were not all ready in ``START_TIMEOUT_S``.
     """
-    pending = {r.name: r for r in replicas}
-    with trio.move_on_after(START_TIMEOUT_S):
-        while pending:
-            for name, replica in list(pending.items()):
-                text = replica.log.read_text(errors="replace") if replica.log.exists() else ""
-                match = next(
-                    (m for m in _STARTED.finditer(text) if m.group(1) == name),
-                    None,
-                )
-                if match is not None:
-                    replica.http = match.group(2)
-                    del pending[name]
-                elif not replica.alive():
-                    raise ReplicaFailed(
-                        f"replica {name} exited during start (code {replica.proc.returncode}):\n"
-                        + replica.log_tail()
-                    )
-            if pending:
-                await trio.sleep(0.05)
-        return
-    names = ", ".join(sorted(pending))
-    raise ReplicaFailed(f"replicas not ready within {START_TIMEOUT_S:.0f} s: {names}")
-
-
-def check_alive(replicas: list[Replica]) -> None:
-    """Raise ReplicaFailed when a replica has exited by itself."""
-    for r in replicas:
-        if not r.alive():
-            raise ReplicaFailed(
-                f"replica {r.name} exited by itself (code {r.proc.returncode}):\n{r.log_tail()}"
-            )
+    await fleet.wait_started(replicas, START_TIMEOUT_S)
 
 
 async def stop(replicas: list[Replica], settings: ReplicaSettings) -> list[str]:
     """SIGTERM each replica, wait up to its stop deadline plus slack, SIGKILL those still
     alive. Returns the problems (empty when every one stopped in order with exit 0)."""
-    for r in replicas:
-        r.signal(signal.SIGTERM)
-    budget = settings.stop_timeout_ms / 1000 + STOP_SLACK_S
-    problems: list[str] = []
-
-    async def one(r: Replica) -> None:
-        if await wait_exit(r, budget):
-            if r.proc.returncode != 0:
-                problems.append(f"{r.name} exited with code {r.proc.returncode} on SIGTERM")
-            return
-        r.signal(signal.SIGKILL)
-        await wait_exit(r, 10)
-        problems.append(f"{r.name} did not stop within {budget:.0f} s of SIGTERM: SIGKILLed")
-
-    async with trio.open_nursery() as nursery:
-        for r in replicas:
-            nursery.start_soon(one, r)
-    return problems
+    return await fleet.stop_in_order(replicas, settings.stop_timeout_ms / 1000 + STOP_SLACK_S)
 
 
 async def metrics(replica: Replica) -> dict[str, float]:

@@ -60,14 +60,14 @@ from qlsched.tools.demo.plan import (
     MIN_SECONDS,
     SERVER_LEASE_MS,
     START_TIMEOUT_S,
-    DemoFailed,
     Plan,
     Target,
     triggers_source,
 )
-from qlsched.tools.demo.replicas import DemoFleet, wait_started
+from qlsched.tools.demo.replicas import DemoFleet
 from qlsched.tools.demo.summary import summary
 from qlsched.tools.demo.text import wrap
+from qlsched.tools.fleet import ReplicaFailed, wait_started
 from qlsched.tools.verify import (
     VerifyReport,
     drop_database,
@@ -114,7 +114,7 @@ async def _demo(target: Target, plan: Plan, fleet: DemoFleet) -> int:
         for name in plan.names:
             replica = fleet.start(name, dsns["qlsched_runtime"])
             print(f"started {name} (pid {replica.pid})", flush=True)
-        await wait_started(fleet.replicas)
+        await wait_started(fleet.replicas, START_TIMEOUT_S)
         slowest = plan.cadence_of(min(plan.replicas, 5) - 1)
         for line in wrap(
             f"all {plan.replicas} replicas ready: lease {plan.lease_ms} ms, cadence "
@@ -267,7 +267,5 @@ def main(args: argparse.Namespace) -> int:
         except DatabaseUnavailable as exc:
             hint = f" ({_password_hint()})" if args.dsn else ""
             return fail("demo", f"{exc}{hint}", 1)
-        except (*FAILED, DemoFailed) as exc:
+        except (*FAILED, ReplicaFailed) as exc:
             return fail("demo", str(exc), 1)
-        except trio.TooSlowError:
-            return fail("demo", f"the replicas were not ready within {START_TIMEOUT_S:.0f} s", 1)

@@ -11,7 +11,7 @@ from qlsched.tools.demo.monitor import Held, Screen, Window, read
 from qlsched.tools.demo.plan import SETTLE_S, STOP_SLACK_S, Plan
 from qlsched.tools.demo.replicas import DemoFleet, DemoReplica
 from qlsched.tools.demo.text import clock, plural, wrap
-from qlsched.tools.fleet import wait_exit
+from qlsched.tools.fleet import stop_in_order, wait_exit
 from qlsched.tools.verify import ScheduleState, read_schedule_states
 
 
@@ -49,7 +49,7 @@ async def kill_one(w: Window, at: float, give_up: float) -> None:
     w.victim = victim
     w.held = {(s.project_id, s.trigger_id): Held(s) for s in held}
     await wait_exit(victim, 10)
-    victim.stop = "SIGKILL (the crash)"
+    victim.ended = "SIGKILL (the crash)"
     announce_kill(w, victim, held)
 
 
@@ -93,26 +93,7 @@ async def stop_survivors(fleet: DemoFleet, plan: Plan, screen: Screen) -> list[s
     """SIGTERM every survivor, wait for each up to its stop deadline plus slack, SIGKILL the
     ones still alive. Returns the problems (empty when all stopped in order, exit 0)."""
     survivors = fleet.alive()
-    for r in survivors:
-        r.signal(signal.SIGTERM)
-    problems: list[str] = []
-    budget = plan.stop_timeout_ms / 1000 + STOP_SLACK_S
-
-    async def stop(r: DemoReplica) -> None:
-        if await wait_exit(r, budget):
-            code = r.proc.returncode
-            r.stop = "stopped in order" if code == 0 else f"exited with code {code}"
-            if code != 0:
-                problems.append(f"{r.name} exited with code {code} on SIGTERM")
-            return
-        r.signal(signal.SIGKILL)
-        await wait_exit(r, 10)
-        r.stop = "SIGKILL: did not stop within its deadline"
-        problems.append(f"{r.name} did not stop within {budget:.0f} s of SIGTERM: SIGKILLed")
-
-    async with trio.open_nursery() as nursery:
-        for r in survivors:
-            nursery.start_soon(stop, r)
+    problems = await stop_in_order(survivors, plan.stop_timeout_ms / 1000 + STOP_SLACK_S)
     names = ", ".join(r.name for r in survivors)
     if problems:
         screen.note(f"stopping {names}: " + "; ".join(problems))

@@ -14,9 +14,10 @@ import msgspec
 import trio
 
 from qlsched.postgres.pool import Connection, Database
-from qlsched.tools.demo.plan import MONITOR_PERIOD_S, DemoFailed, Plan
+from qlsched.tools.demo.plan import MONITOR_PERIOD_S, Plan
 from qlsched.tools.demo.replicas import DemoFleet, DemoReplica
 from qlsched.tools.demo.text import clock
+from qlsched.tools.fleet import check_alive
 from qlsched.tools.verify import (
     RunSighting,
     ScheduleState,
@@ -168,11 +169,7 @@ async def monitor(w: Window, until: float) -> None:
     next_render = w.start
     while True:
         w.observe(await read(w.db, read_schedule_states))
-        for r in w.fleet.replicas:
-            if r.killed_at_s is None and not r.alive():
-                raise DemoFailed(
-                    f"{r.name} exited by itself (code {r.proc.returncode}):\n{r.log_tail()}"
-                )
+        check_alive([r for r in w.fleet.replicas if r.killed_at_s is None])
         now = trio.current_time()
         if now >= next_render:
             w.runs = await read(w.db, runs_by_owner)

@@ -83,7 +83,3 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     drop_after: bool
     """A database the demo created on someone's server (``--dsn``): dropped at the end."""
     want_passwords: bool | None
-
-
-class DemoFailed(RuntimeError):
-    """The demo could not go on (a replica failed to start or died by itself)."""

@@ -6,9 +6,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-import trio
-
-from qlsched.tools.demo.plan import START_TIMEOUT_S, DemoFailed, Plan
+from qlsched.tools.demo.plan import Plan
 from qlsched.tools.fleet import Fleet, Replica
 
 
@@ -18,8 +16,6 @@ class DemoReplica(Replica):
 
     killed_at_s: float | None = None
     """Seconds into the window when the demo SIGKILLed it (the crash)."""
-    stop: str = ""
-    """How it ended: 'stopped in order', 'SIGKILL after the stop deadline', ..."""
 
 
 class DemoFleet(Fleet[DemoReplica]):
@@ -48,26 +44,4 @@ class DemoFleet(Fleet[DemoReplica]):
         for replica in self.replicas:
             if replica.alive():
                 replica.signal(signal.SIGKILL)
-                replica.stop = replica.stop or "SIGKILL (demo interrupted)"
-
-
-async def wait_started(replicas: list[DemoReplica]) -> None:
-    """Until every replica printed its started line (readiness passed, HTTP bound)."""
-    pending = {r.name: r for r in replicas}
-    with trio.fail_after(START_TIMEOUT_S):
-        while pending:
-            for name, replica in list(pending.items()):
-                text = replica.log.read_text(errors="replace") if replica.log.exists() else ""
-                for line in text.splitlines():
-                    if f"replica {name} started" in line:
-                        _, _, where = line.partition(" started")
-                        replica.http = where.strip() or None
-                        del pending[name]
-                        break
-                else:
-                    if not replica.alive():
-                        raise DemoFailed(
-                            f"{name} exited during start (code {replica.proc.returncode}):\n"
-                            + replica.log_tail()
-                        )
-            await trio.sleep(0.05)
+                replica.ended = replica.ended or "SIGKILL (demo interrupted)"

@@ -35,7 +35,7 @@ def summary(
 
     out += ["", "Replicas (each a `python -m qlsched run` process)"]
     for r in w.fleet.replicas:
-        ended = r.stop
+        ended = r.ended
         if r.killed_at_s is not None:
             ended = f"SIGKILL at {r.killed_at_s:.1f} s (the crash)"
         codes = r.diagnostic_codes()
