@@ -6,7 +6,7 @@ runtime DSN in the environment (never argv, which any local user can read). A re
 ready when it prints its started line (readiness, recovery and the lifecycle passed, HTTP
 bound; the line names the address).
 
-Ownership: a ``Fleet`` owns every process it spawns (``qlsched.fleet``): they are tracked by
+Ownership: a ``Fleet`` owns every process it spawns (``qlsched.tools.fleet``): they are tracked by
 pid, signalled only while not yet reaped, and SIGKILLed and reaped when the ``with`` block is
 left, however it is left. A guardian process SIGKILLs them should the bench itself die
 (SIGKILL included), each only while it is still the very process started (same start time in
@@ -64,7 +64,7 @@ def _status_kib(pid: int, field: str) -> int | None:
 
 
 class Fleet:
-    """The replica processes of one bench run (``qlsched.fleet.Fleet``, guardian included),
+    """The replica processes of one bench run (``qlsched.tools.fleet.Fleet``, guardian included),
     named ``bench-1``, ``bench-2``, ... over the whole run, each with the bench's flags."""
 
     def __init__(self, workdir: Path) -> None:

@@ -19,7 +19,7 @@ class DemoReplica(Replica):
 
 
 class DemoFleet(Fleet[DemoReplica]):
-    """The replica processes (``qlsched.fleet``), a guardian for them (which also removes the
+    """The replica processes (``qlsched.tools.fleet``), a guardian for them (which also removes the
     work directory should the demo die), and the sync safety net: leaving the ``with``
     SIGKILLs and reaps whatever is still alive."""
 

@@ -3,7 +3,7 @@
 -- batch of one) in a SERIALIZABLE transaction: what a replica without batch admission would
 -- send per occurrence. Run by `pgbench -M prepared` (prepared statements, as asyncpg sends).
 --
--- A template: qlsched.postgres.bench_data.render_pgbench replaces each `-- @NAME` line by the
+-- A template: qlsched.tools.bench_data.render_pgbench replaces each `-- @NAME` line by the
 -- SQL text of the named block NAME (qlsched/postgres/sql/*.sql), its `$n` parameters by the
 -- pgbench expressions listed under it (`--   $n := EXPR`). pgbench reads `:name` as a
 -- variable anywhere, even inside quotes and comments, so the renderer drops the blocks'

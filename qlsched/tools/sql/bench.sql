@@ -1,4 +1,4 @@
--- The benchmark's own statements (`qlsched bench`, qlsched.postgres.bench_data). They run as
+-- The benchmark's own statements (`qlsched bench`, qlsched.tools.bench_data). They run as
 -- the superuser on a database the bench created for itself (or on its own embedded server),
 -- never on a deployment's: they truncate, bulk-load and move cursors behind the protocol's
 -- back. The statements the bench measures are the product's own (`claim`, `admit`).
