@@ -21,7 +21,7 @@ import pytest
 
 from qlsched.postgres.queries import query
 from qlsched.postgres.status import read_status
-from qlsched.postgres.verify import verify_exactly_once
+from qlsched.tools.verify import verify_exactly_once
 from tests.integration.schema_support import (
     LOGIN_ROLES,
     ROLES,
