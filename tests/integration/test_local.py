@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from qlsched.embedded import open_embedded
 from tests.integration.schema_support import clean_env, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -127,6 +128,9 @@ def test_the_first_day_with_no_dsn_anywhere(local_env: dict[str, str], tmp_path:
     status = run_cli(["local", "status"], env=local_env, timeout=60)
     assert status.returncode == 1
     assert "not running" in status.stdout
+    again = run_cli(["local", "stop"], env=local_env, timeout=60)
+    assert again.returncode == 0
+    assert "not running" in again.stdout
 
 
 def test_local_dsn_works_from_another_process(local_env: dict[str, str]) -> None:
@@ -166,3 +170,18 @@ def test_commands_started_at_once_share_one_server(local_env: dict[str, str]) ->
     assert [p.returncode for p in procs] == [0, 0], results
     assert sum("started the local database" in out + err for out, err in results) == 1
     assert "already applied" in results[1][0]
+
+
+def test_local_stop_leaves_a_server_another_process_owns(local_env: dict[str, str]) -> None:
+    """Rule: `local stop` stops only the detached local server; a server a live process
+    started for itself on that directory (it stops it when it ends) is refused, exit 1,
+    and keeps running; commands still attach to it."""
+    bindir = local_env.get("QLSCHED_PG_BINDIR")
+    with open_embedded(local_env["QLSCHED_DATA_DIR"], bindir=bindir) as pg:
+        stop = run_cli(["local", "stop"], env=local_env, timeout=60)
+        assert stop.returncode == 1, stop.stdout + stop.stderr
+        assert stop.stderr.startswith("qlsched local stop: ")
+        assert "which stops it when it ends" in stop.stderr
+        assert _alive(pg.pid)
+        status = run_cli(["local", "status"], env=local_env, timeout=60)
+        assert status.returncode == 0, status.stderr
