@@ -25,16 +25,15 @@ DST: the hour field is *wildcard* when it begins with ``*`` and *fixed* otherwis
 
 Why croniter only expands the fields: croniter 7.0's iterator differs from this rule (it fires
 a fixed time twice in a fold, keeps the seconds when leaving a gap, reads seconds last unless
-``second_at_beginning=True``; docs/contract.md §3 also notes it dropping repeated wildcard
-instants in 30-minute folds), and one ``get_next`` on a reused croniter costs ~100 µs, where
-the stepping below costs a few µs: paid per decision, croniter measured as a third of each
-occurrence's time. So croniter parses and expands each field once, behind a gate of ours that
-rejects what we do not support, rewrites the forms croniter reads differently from cron
-(``5-5`` is the whole field to croniter) and names the field in every message; the expanded
-values become bitmasks, ``next_after`` steps through naive wall times over them with integer
-arithmetic and maps each wall time to instants through zoneinfo. A hand-written field reader
-was the alternative; docs/contract.md §3 makes croniter the parser of record, and the unit
-tests check its expansion against the grammar.
+``second_at_beginning=True``, and drops repeated wildcard instants in 30-minute folds), and
+it costs far more per call than the integer stepping below, on the hot path of every
+decision (docs/performance.md). So croniter parses and expands each field once, behind a
+gate of ours that rejects what we do not support, rewrites the forms croniter reads
+differently from cron (``5-5`` is the whole field to croniter) and names the field in every
+message; the expanded values become bitmasks, ``next_after`` steps through naive wall times
+over them with integer arithmetic and maps each wall time to instants through zoneinfo. A
+hand-written field reader was the alternative; croniter is the parser of record
+(docs/contract.md §3), and the unit tests check its expansion against the grammar.
 
 Invariant: occurrences are whole seconds; ``next_after(s, t) > t``; a sequence of
 ``next_after`` calls is strictly increasing and never yields an instant twice.

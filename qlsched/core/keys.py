@@ -2,9 +2,9 @@
 
 The key is a pure function of (trigger, revision, scheduled_for) and ``scheduled_for`` is
 always the durable cursor, so a takeover replica computes the same key for the same
-occurrence. Ids are random UUIDv4: measured, sequential v7 keys with the attempts -> runs
-foreign key made 35-65 % of SERIALIZABLE admits fail on the rightmost index page's
-predicate lock; random keys kept retries near 0.1 %.
+occurrence. Ids are random UUIDv4, not time-ordered: with the attempts -> runs foreign key,
+sequential keys make concurrent SERIALIZABLE admits conflict on the rightmost index page's
+predicate lock (docs/performance.md).
 """
 
 from __future__ import annotations

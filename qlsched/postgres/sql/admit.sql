@@ -1,25 +1,15 @@
 -- name: admit
--- Admit a batch of Fire decisions for owner $1 in ONE statement, sent as one implicit
--- transaction on a connection whose default isolation is SERIALIZABLE (one round trip).
--- Row i of the arrays $2..$17 is one occurrence: project, trigger, claim token, claim
+-- Admit a batch of Fires for owner $1 in one statement (one implicit SERIALIZABLE
+-- transaction, one round trip). Row i of $2..$17: project, trigger, claim token, claim
 -- version, state version, trigger revision, trigger digest, task revision, execution
--- revision id, scheduled_for (= the durable cursor), next cursor, coalesced count, run id,
--- attempt id, idempotency key, locator (the tuple id the claim returned, or NULL).
--- Each row is re-locked and verified item by item against the database's own time: trigger
--- revision, the four fence parts (owner, token, version, expiry), state version, cursor,
--- project active, trigger revision/digest/enabled and its pins, task revision, the pinned
--- execution revision (re-computed SHA-256 of its payload, executor `remote_worker`) and the
--- task digest. A row that fails is left out, returned with what names the failure (its
--- spec failure, or the row as this snapshot sees it); a row that passes gets the schedule
--- advanced under a WHERE repeating the whole fence, and only rows that advanced get their queued Run, pristine claimed Attempt and the two events: per row all
--- or nothing. A constraint error aborts the statement (the caller then admits row by row).
--- A row whose fence holds but which the statement could not take (held by another session,
--- which a batch of more than one row never waits for, or not at its locator) is left
--- untouched, and the caller admits it again alone, by key, waiting for the row (at most the
--- role's lock_timeout).
--- Every table is reached by key or tuple id (no scans): under SERIALIZABLE a sequential
--- scan takes a relation-level SIRead lock that conflicts with every other admit; the admit
--- pool also runs with `enable_seqscan = off` so that small, analysed tables keep the probes.
+-- revision id, scheduled_for (the cursor), next cursor, coalesced, run id, attempt id,
+-- idempotency key, locator (the tuple id the claim returned, or NULL).
+-- Each row is verified by the database clock against its whole fence, its revisions and
+-- digests (the payload's SHA-256 re-computed); a row that passes gets its cursor advanced,
+-- its queued Run, claimed Attempt and two events, all or none. A row that fails comes back
+-- with what names the failure; one held by another session or not at its locator comes
+-- back untouched, for the caller to admit alone by key. Every table is reached by key or
+-- tuple id: a scan would take a relation-level SIRead lock every other admit conflicts with.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -79,21 +69,11 @@ specs AS MATERIALIZED (
         ON e.execution_revision_id = i.execution_revision_id
 ),
 -- Each schedule row is locked and advanced in one pass, in key order (two admits never lock
--- in opposite orders): the UPDATE's own join reaches the row by the tuple id the claim
--- returned ($17, the locator), locks it, and writes it before the next row is read. Why:
--- under SERIALIZABLE every row read takes an SIRead lock, and one transaction holding more
--- than two on one heap page has them promoted to a page lock; a primary-key probe also locks
--- the index leaf page, into which the other replica's admit of a neighbouring trigger
--- inserts (every admit is a non-HOT update). Either made two replicas admitting one cron
--- tick retry each other (measured, 200 triggers, 16 per batch: 4.6 % of admit statements
--- with key probes, 0 of 1,301 this way). Writing a row drops the SIRead lock its read
--- took, so rows read and written one at a time never accumulate. The locator is only a
--- hint: the row must also match its key, else (moved by VACUUM FULL, say) it is left out
--- and the caller admits it again by key. A row without a locator is probed by key. A batch of more
--- than one row never waits for a row lock (SKIP LOCKED: a row another session holds is left
--- out instead of holding back the rest); a batch of one waits, at most
--- the runtime role's lock_timeout. Only rows whose spec checks passed are touched; the
--- WHERE repeats the whole fence, so a row that fails any part is left as it was.
+-- in opposite orders), reached by its locator and re-checked against its key: a row read
+-- and written at once leaves no SIRead lock behind, so two replicas admitting neighbouring
+-- rows do not make each other retry. A batch of more than one row skips a row another
+-- session holds; a batch of one waits for it (at most the role's lock_timeout). Only rows
+-- whose spec checks passed are touched, under a WHERE repeating the whole fence.
 ordered AS MATERIALIZED (
     SELECT i.*, sp.task_id, sp.failure AS spec_failure
       FROM specs AS sp JOIN input AS i ON i.ord = sp.ord

@@ -5,10 +5,9 @@
 -- Two arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed rows
 -- (trigger_schedules_claim_idx, ordered by cursor NULLS FIRST, project, trigger) and rows
 -- whose claim expired (trigger_schedules_expiry_idx). No cron computation and no Run ids
--- here. The token is a random UUID drawn once per statement with the row's place in the batch
--- in its last four bytes: new for every claim of a row, distinct within the batch, and one
--- draw of strong randomness instead of one per row (a build without OpenSSL opens
--- /dev/urandom for each; 16 draws were a tenth of a 16-row claim's server time).
+-- here. The token is one random draw per statement with the row's place in the batch in its
+-- last four bytes: new for every claim of a row, distinct within the batch, and one draw of
+-- strong randomness per statement instead of one per row.
 -- `locator` is the claimed row version's tuple id: the admit reaches the row by it without
 -- an index probe (a hint it re-checks).
 WITH now AS MATERIALIZED (
