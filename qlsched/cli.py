@@ -59,13 +59,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
 
     p = subs["init-db"]
-    p.add_argument("--dsn", help="superuser DSN (default: the local database)")
+    p.add_argument(
+        "--dsn",
+        help="superuser DSN (also QLSCHED_SUPERUSER_DSN, or the libpq PG* variables and"
+        " .pgpass when PGHOST or PGSERVICE is set; default: the local database)",
+    )
     p.add_argument("--database", default="qlsched", help="database to create (default qlsched)")
+    p.add_argument(
+        "--password-file",
+        metavar="PATH",
+        help="write generated passwords to PATH (mode 0600, .pgpass format), not to stdout",
+    )
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
     p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
 
+    _add_database_options(
+        subs["migrate"],
+        role="superuser or migration owner; also QLSCHED_SUPERUSER_DSN, or the libpq PG*"
+        " variables and .pgpass when PGHOST or PGSERVICE is set",
+    )
+    _add_database_options(
+        subs["check"],
+        role="also QLSCHED_DSN, or the libpq PG* variables and .pgpass when PGHOST or"
+        " PGSERVICE is set",
+    )
     for name in ("migrate", "check"):
-        _add_database_options(subs[name], role="superuser or migration owner")
         subs[name].add_argument("--lease-ms", type=int, help="the lease readiness compares against")
     subs["check"].add_argument("--json", action="store_true", help="one JSON object")
 

@@ -1,4 +1,9 @@
-"""``qlsched check``: the readiness report; exit 0 ready, 1 not ready."""
+"""``qlsched check``: the readiness report; exit 0 ready, 1 not ready.
+
+The DSN comes from ``--dsn``, ``QLSCHED_DSN``, the config file, or (when ``PGHOST`` or
+``PGSERVICE`` is set) the libpq variables and the password file; with none of them, the
+local database.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import msgspec
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
+from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
@@ -20,7 +26,11 @@ def main(args: argparse.Namespace) -> int:
 
     async def body() -> int:
         config = load_config(file=config_file, flags={"dsn": args.dsn, "lease_ms": args.lease_ms})
-        dsn = config.dsn or await local_dsn("check", args.data_dir, args.pg_bindir, "postgres")
+        dsn = (
+            config.dsn
+            or libpq_dsn(os.environ)
+            or await local_dsn("check", args.data_dir, args.pg_bindir, "postgres")
+        )
 
         async def fn(conn: Connection) -> tuple[Readiness, list[RefusedTrigger]]:
             report = await check_readiness(conn, lease_ms=config.lease_ms)

@@ -2,12 +2,20 @@
 
 Every parse goes through ``_urlsplit``: a string urllib cannot split (an unclosed IPv6
 bracket) raises ``DsnError``, never a bare ``ValueError``.
+
+A password can sit in three places, and each is found by ``has_password`` and hidden by
+``redact``: the URI's userinfo (``postgresql://u:PW@host``), its query string
+(``?password=PW``, also ``sslpassword=``), and a libpq key=value string
+(``password=PW`` or ``password='P W'``), which qlsched never connects with but may be
+handed by mistake.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit, urlunsplit
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import SplitResult, parse_qs, parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 
 class DsnError(ValueError):
@@ -15,7 +23,23 @@ class DsnError(ValueError):
 
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+"""Connection parameters whose value is a secret, in a query string or key=value form."""
+ROLE_PARAMS: Final = SECRET_PARAMS | {"user", "dbname", "database"}
+"""Query parameters that say who connects where: dropped when the DSN is rewritten for
+another role (the superuser's ``?password=`` must never reach a role's DSN)."""
+SUPERUSER_DSN_ENV: Final = "QLSCHED_SUPERUSER_DSN"
+LIBPQ_DSN: Final = "postgresql://"
+"""A URI with nothing in it: host, port, user, password and database all come from the
+libpq variables (``PGHOST``, ``PGPORT``, ``PGUSER``, ``PGPASSWORD``, ``PGDATABASE``,
+``PGSERVICE``) and the password file (``PGPASSFILE`` or ``~/.pgpass``), which asyncpg reads
+itself for whatever a DSN leaves out."""
+_LIBPQ_SERVER_VARS: Final = ("PGHOST", "PGSERVICE")
+
 _IPV6_HOSTSPEC = re.compile(r"^\[[^\]]+\](?::(.*))?$")
+_SCHEME = re.compile(r"^(postgres(?:ql)?)://", re.IGNORECASE)
+# libpq key=value: `key = value`, the value single-quoted (backslash escapes) or bare.
+_KEYWORD_VALUE = re.compile(r"""(\w+)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)""", re.DOTALL)
 
 
 def _urlsplit(dsn: str) -> SplitResult:
@@ -73,39 +97,43 @@ def check_dsn(dsn: str) -> None:
                 )
 
 
+def _query_password(query: str) -> str | None:
+    found = None
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name == "password":
+            found = value  # the last one wins, as in the driver
+    return found
+
+
+def _keyword_password(dsn: str) -> str | None:
+    found = None
+    for m in _KEYWORD_VALUE.finditer(dsn):
+        if m.group(1) == "password":
+            value = m.group(3)
+            if value.startswith("'"):
+                value = re.sub(r"\\(.)", r"\1", value[1:].removesuffix("'"))
+            found = value
+    return found
+
+
+def password_of(dsn: str) -> str | None:
+    """The password a DSN carries (userinfo, else ``?password=``; key=value), or None."""
+    if _SCHEME.match(dsn) is None:
+        return _keyword_password(dsn)
+    parts = _urlsplit(dsn)
+    if parts.password is not None:
+        return unquote(parts.password)
+    return _query_password(parts.query)
+
+
 def has_password(dsn: str) -> bool:
-    return _urlsplit(dsn).password is not None
+    """True when the DSN itself carries a password, in any of its three forms."""
+    return password_of(dsn) is not None
 
 
 def user_of(dsn: str) -> str | None:
     user = _urlsplit(dsn).username
     return unquote(user) if user else None
-
-
-def with_credentials(
-    dsn: str, *, user: str, password: str | None = None, database: str | None = None
-) -> str:
-    """The same server (host, port, query such as ``host=/socket/dir``) as another role."""
-    scheme, netloc, path, query, fragment = _split(dsn)
-    hostport = netloc.rpartition("@")[2]
-    cred = quote(user, safe="")
-    if password is not None:
-        cred += ":" + quote(password, safe="")
-    new_path = "/" + quote(database, safe="") if database is not None else path
-    return urlunsplit((scheme, f"{cred}@{hostport}", new_path, query, fragment))
-
-
-def redact(dsn: str) -> str:
-    """The DSN with any password replaced by ``***`` (for messages and logs)."""
-    try:
-        scheme, netloc, path, query, fragment = _split(dsn)
-    except DsnError:
-        return "<not a postgresql:// URI>"
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    netloc = f"{userinfo}@{hostport}" if at else hostport
-    return urlunsplit((scheme, netloc, path, query, fragment))
 
 
 def describe_dsn_rejection(dsn: str, exc: BaseException) -> str:
@@ -134,6 +162,98 @@ def database_of(dsn: str) -> str | None:
     return name or None
 
 
-def password_of(dsn: str) -> str | None:
-    password = _urlsplit(dsn).password
-    return unquote(password) if password is not None else None
+def _without_params(query: str, names: frozenset[str]) -> str:
+    kept = [p for p in query.split("&") if p and unquote(p.partition("=")[0]) not in names]
+    return "&".join(kept)
+
+
+def with_credentials(
+    dsn: str, *, user: str, password: str | None = None, database: str | None = None
+) -> str:
+    """The same server (host, port, query such as ``host=/socket/dir``) as another role.
+
+    Whatever said who connects (userinfo, ``user=``, ``password=``, ``sslpassword=``,
+    ``dbname=`` in the query) is replaced, never copied: ``password`` is the only password
+    the result carries.
+    """
+    scheme, netloc, path, query, fragment = _split(dsn)
+    hostport = netloc.rpartition("@")[2]
+    cred = quote(user, safe="")
+    if password is not None:
+        cred += ":" + quote(password, safe="")
+    new_path = "/" + quote(database, safe="") if database is not None else path
+    query = _without_params(query, ROLE_PARAMS)
+    return urlunsplit((scheme, f"{cred}@{hostport}", new_path, query, fragment))
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same DSN (same role, same credentials wherever they sit) to another database."""
+    scheme, netloc, _, query, fragment = _split(dsn)
+    query = _without_params(query, frozenset({"dbname", "database"}))
+    return urlunsplit((scheme, netloc, "/" + quote(database, safe=""), query, fragment))
+
+
+def _redact_query(query: str) -> str:
+    out = []
+    for part in query.split("&"):
+        name, eq, _ = part.partition("=")
+        if eq and unquote(name).lower() in SECRET_PARAMS:
+            part = f"{name}=***"
+        out.append(part)
+    return "&".join(out)
+
+
+def _redact_keywords(dsn: str) -> str:
+    def hide(m: re.Match[str]) -> str:
+        if m.group(1).lower() in SECRET_PARAMS:
+            return f"{m.group(1)}{m.group(2)}***"
+        return m.group(0)
+
+    return _KEYWORD_VALUE.sub(hide, dsn)
+
+
+def redact(dsn: str) -> str:
+    """The DSN with every password replaced by ``***`` (for messages and logs).
+
+    The userinfo ends at the last ``@`` (as urllib reads it), so a password holding an
+    unencoded ``@``, ``/`` or ``?`` is hidden whole; an ``@`` later in the DSN only hides
+    more. A string that is not a URI is read as libpq key=value.
+    """
+    m = _SCHEME.match(dsn)
+    if m is None:
+        if "=" in dsn:
+            return _redact_keywords(dsn)
+        return "<not a postgresql:// URI>"
+    head, rest = m.group(0), dsn[m.end() :]
+    userinfo, at, after = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{after}" if colon else f"{userinfo}@{after}"
+    base, q, query = rest.partition("?")
+    if q:
+        query, hash_, fragment = query.partition("#")
+        rest = base + q + _redact_query(query) + hash_ + fragment
+    return head + rest
+
+
+def superuser_dsn(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """The superuser DSN of ``init-db``/``migrate``, kept out of ``ps`` when wanted.
+
+    In order: the ``--dsn`` flag; ``QLSCHED_SUPERUSER_DSN``; when ``PGHOST`` or
+    ``PGSERVICE`` is set, ``LIBPQ_DSN`` (everything from the libpq variables and the
+    password file). None when there is none of these.
+    """
+    if flag is not None:
+        return flag
+    value = environ.get(SUPERUSER_DSN_ENV)
+    if value is not None:
+        return value
+    return libpq_dsn(environ)
+
+
+def libpq_dsn(environ: Mapping[str, str]) -> str | None:
+    """``LIBPQ_DSN`` when the libpq variables name a server (``PGHOST`` or ``PGSERVICE``
+    set), else None: a DSN left wholly to the environment only when it says where."""
+    if any(environ.get(name) for name in _LIBPQ_SERVER_VARS):
+        return LIBPQ_DSN
+    return None

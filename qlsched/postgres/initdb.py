@@ -2,8 +2,9 @@
 
 Passwords never reach the server in plain text: each is sent as a SCRAM-SHA-256 verifier
 computed here. A role that already has a password keeps it unless one is given in
-``QLSCHED_<ROLE>_PASSWORD``; a generated password is returned once for printing and
-nowhere else. Runs started together are safe (see ``init_db``).
+``QLSCHED_<ROLE>_PASSWORD``; a generated password is returned once for showing and nowhere
+else. The DSNs meant for showing (``RoleDsn.shown``) never carry a password from the
+environment or the superuser's DSN. Runs started together are safe (see ``init_db``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import os
 import secrets
 import unicodedata
 from collections.abc import Mapping
+from typing import Literal
 
 import msgspec
 
 from qlsched.core.config import ConfigError
-from qlsched.postgres.dsn import check_dsn, has_password, password_of, user_of, with_credentials
+from qlsched.postgres.dsn import check_dsn, has_password, with_credentials, with_database
 from qlsched.postgres.errors import sqlstate
 from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
@@ -41,11 +43,33 @@ ALREADY_EXISTS = frozenset({"42P04", "42710", "23505"})
 BOOTSTRAP_ATTEMPTS = 3
 
 
+PasswordSource = Literal["generated", "environment"]
+PASSWORD_AUTH_METHODS = frozenset({"password", "md5", "scram-sha-256"})
+"""``pg_hba`` methods that check a password stored in the server."""
+
+
 class RoleDsn(msgspec.Struct, frozen=True):
+    """One LOGIN role's DSN.
+
+    ``dsn`` connects (it carries the password set by this run, wherever it came from): for
+    the caller's own use, never for printing. ``bare`` never carries a password; ``shown``
+    (the one to print) carries one only when this run generated it.
+    """
+
     role: str
     dsn: str
+    bare: str
     password: str | None
-    generated: bool
+    source: PasswordSource | None
+    """Where the password set by this run came from; None when none was set."""
+
+    @property
+    def generated(self) -> bool:
+        return self.source == "generated"
+
+    @property
+    def shown(self) -> str:
+        return self.dsn if self.generated else self.bare
 
 
 class InitReport(msgspec.Struct, frozen=True):
@@ -76,13 +100,22 @@ def password_env(role: str) -> str:
     return "QLSCHED_" + role.removeprefix("qlsched_").upper() + "_PASSWORD"
 
 
-async def _require_superuser(conn: Connection) -> str:
+async def _require_superuser(conn: Connection) -> int:
     version, superuser, _ = await server_facts(conn)
     if version < MIN_SERVER_VERSION:
         raise MigrationError(f"PostgreSQL {version // 10000} is too old: qlsched needs 15 or newer")
     if not superuser:
         raise MigrationError("init-db needs a superuser DSN (this role is not a superuser)")
-    return str(version)
+    return version
+
+
+async def _uses_password_auth(conn: Connection, version: int) -> bool:
+    """Whether the server checked this session's password (PostgreSQL 16+ says; older
+    servers cannot, and the caller falls back to what the client side knows)."""
+    if version < 160000:
+        return False
+    method = await conn.fetchval(query("session_auth_method"))
+    return method in PASSWORD_AUTH_METHODS
 
 
 async def _create_database(conn: Connection, database: str) -> bool:
@@ -130,8 +163,10 @@ async def init_db(
 ) -> InitReport:
     """Create the database when missing, bootstrap, migrate, set passwords; return DSNs.
 
-    ``want_passwords`` None means: generate passwords only when the superuser DSN itself
-    carries one (trust/peer setups need none).
+    ``want_passwords`` None means: generate passwords only when the superuser logged in
+    with one: its DSN carries one (any form), ``PGPASSWORD`` is set, or the server says it
+    checked one (PostgreSQL 16+, which also covers a password file). Trust and peer
+    setups need none.
 
     Concurrent runs are safe: each holds ``init_lock`` on the DSN's own (maintenance)
     database for the whole run, so runs through one maintenance database take turns; runs
@@ -142,26 +177,19 @@ async def init_db(
     check_dsn(superuser_dsn)
     check_database_name(database)
     environ = os.environ if env is None else env
-    if want_passwords is None:
-        want_passwords = has_password(superuser_dsn)
-    target = with_credentials(
-        superuser_dsn,
-        user=user_of(superuser_dsn) or environ.get("PGUSER") or "postgres",
-        password=password_of(superuser_dsn),
-        database=database,
-    )
+    # The same login (userinfo, query, PG* variables, password file) to the new database.
+    target = with_database(superuser_dsn, database)
 
-    async def setup(conn: Connection) -> tuple[MigrateReport, list[RoleDsn]]:
+    async def setup(conn: Connection, generate: bool) -> tuple[MigrateReport, list[RoleDsn]]:
         await _require_superuser(conn)
         report = await _migrate(conn, timeouts)
         roles: list[RoleDsn] = []
         for role in LOGIN_ROLES:
-            given = environ.get(password_env(role))
+            password = environ.get(password_env(role))
+            source: PasswordSource | None = "environment" if password is not None else None
             has = bool(await conn.fetchval(query("role_has_password"), role))
-            password: str | None = given
-            generated = False
-            if password is None and want_passwords and not has:
-                password, generated = secrets.token_urlsafe(24), True
+            if password is None and generate and not has:
+                password, source = secrets.token_urlsafe(24), "generated"
             if password is not None:
                 statement = await conn.fetchval(
                     query("role_password_statement"), role, scram_verifier(password)
@@ -173,21 +201,29 @@ async def init_db(
                     dsn=with_credentials(
                         superuser_dsn, user=role, password=password, database=database
                     ),
+                    bare=with_credentials(superuser_dsn, user=role, database=database),
                     password=password,
-                    generated=generated,
+                    source=source,
                 )
             )
         return report, roles
 
     async def run(conn: Connection) -> InitReport:
-        await _require_superuser(conn)
+        version = await _require_superuser(conn)
+        generate = want_passwords
+        if generate is None:
+            generate = (
+                has_password(superuser_dsn)
+                or bool(environ.get("PGPASSWORD"))
+                or await _uses_password_auth(conn, version)
+            )
         # Released by init_unlock, or by closing the session when the run fails.
         await conn.execute(query("init_lock"))
         created = await _create_database(conn, database)
         # A second connection from inside connect_once (already on the asyncio side).
         target_conn = await connect(target, connect_timeout=CONNECT_TIMEOUT)
         try:
-            report, roles = await setup(target_conn)
+            report, roles = await setup(target_conn, generate)
         finally:
             await target_conn.close(timeout=5)
         await conn.execute(query("init_unlock"))

@@ -64,3 +64,8 @@ SELECT pg_catalog.format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text);
 -- name: role_has_password
 -- Whether LOGIN role $1 already has a password (superuser only: reads pg_authid).
 SELECT a.rolpassword IS NOT NULL FROM pg_catalog.pg_authid AS a WHERE a.rolname = $1;
+
+-- name: session_auth_method
+-- How this session authenticated ('scram-sha-256', 'md5', 'peer', ...; NULL under trust),
+-- from SYSTEM_USER: PostgreSQL 16 or newer only.
+SELECT pg_catalog.split_part(SYSTEM_USER, ':', 1);
