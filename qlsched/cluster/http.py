@@ -12,11 +12,22 @@ A plain ASGI callable (no framework) with four GET endpoints:
 Failures behind an endpoint answer 503 and go to the diagnostic sink by code and exception
 class; no response body or log line carries an exception message. Hypercorn's own access and
 error logs are off for the same reason: stderr belongs to the JSON-lines diagnostic sink.
+
+HTTP can never starve the scheduler: the reader given here is meant to sit on a pool of its
+own (``postgres.reader``), whose acquire gives up quickly; a request that finds no free
+connection (``TimeoutError``) is counted as ``http_busy`` but not sent to the sink (a flood
+would flood it): ``/v1/schedules`` answers 503 at once, ``/metrics`` its local series with
+the backlog gauge as it was (a scrape that fails under load would hide the load).
+
+Request bodies are refused (413) unread. With a token, ``/metrics`` and ``/v1/schedules``
+need ``Authorization: Bearer TOKEN`` (401 otherwise, compared in constant time);
+``/healthz`` and ``/readyz`` stay open for probes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import hmac
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Final
 from urllib.parse import parse_qs
@@ -39,6 +50,9 @@ STORE_TIMEOUT_S: Final = 5.0
 
 BACKLOG_FAILED: Final = "backlog_failed"
 SCHEDULES_FAILED: Final = "schedules_failed"
+HTTP_BUSY: Final = "http_busy"
+"""A read refused because the HTTP pool had no free connection (counted, not emitted)."""
+PROTECTED: Final = frozenset({"/metrics", "/v1/schedules"})
 
 _TEXT: Final = b"text/plain; charset=utf-8"
 _JSON: Final = b"application/json"
@@ -72,6 +86,7 @@ class AdmissionApp:
         sink: DiagnosticSink,
         replica: str = "",
         store_timeout_s: float = STORE_TIMEOUT_S,
+        token: str | None = None,
     ) -> None:
         self._lifecycle = lifecycle
         self._metrics = metrics
@@ -81,6 +96,7 @@ class AdmissionApp:
         self._store_timeout_s = store_timeout_s
         self._withdrawn = False
         self._encoder = msgspec.json.Encoder()
+        self._authorization = f"Bearer {token}".encode() if token else None
 
     @property
     def ready(self) -> bool:
@@ -118,7 +134,24 @@ class AdmissionApp:
         if scope["method"] not in ("GET", "HEAD"):
             allow = ((b"allow", b"GET, HEAD"),)
             return _Response(405, b"method not allowed\n", extra_headers=allow)
+        if _has_body(scope["headers"]):
+            return _Response(413, b"request bodies are not accepted\n")
+        if path in PROTECTED and not self._authorized(scope["headers"]):
+            challenge = ((b"www-authenticate", b"Bearer"),)
+            return _Response(401, b"unauthorized\n", extra_headers=challenge)
         return await route(self, scope)
+
+    def _authorized(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+        if self._authorization is None:
+            return True
+        given = [value for name, value in headers if name.lower() == b"authorization"]
+        # One header, compared in constant time; several are refused (no guessing which).
+        return len(given) == 1 and hmac.compare_digest(given[0].strip(), self._authorization)
+
+    def _busy(self) -> _Response:
+        self._metrics.count_error(HTTP_BUSY)
+        retry = ((b"retry-after", b"1"),)
+        return _Response(503, b'{"error":"busy"}', _JSON, extra_headers=retry)
 
     async def _healthz(self, scope: HTTPScope) -> _Response:
         return _Response(200, b"ok\n")
@@ -132,6 +165,9 @@ class AdmissionApp:
         try:
             with trio.fail_after(self._store_timeout_s):
                 backlog = await self._reader.due_backlog()
+        except TimeoutError:
+            # No free connection: the scrape still answers (below), as for a failure.
+            self._metrics.count_error(HTTP_BUSY)
         except Exception as exc:
             # The scrape still answers: every other series is local, the gauge keeps its
             # previous value and the failure is counted.
@@ -148,6 +184,8 @@ class AdmissionApp:
         try:
             with trio.fail_after(self._store_timeout_s):
                 rows = await self._reader.list_schedules(limit)
+        except TimeoutError:
+            return self._busy()
         except Exception as exc:
             self._metrics.count_error(SCHEDULES_FAILED)
             self._sink.emit(from_exception(SCHEDULES_FAILED, exc, replica=self._replica))
@@ -173,6 +211,15 @@ _ROUTES: Final[dict[str, _Route]] = {
     "/metrics": AdmissionApp._metrics_text,
     "/v1/schedules": AdmissionApp._schedules,
 }
+
+
+def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """A request that announces a body: any transfer-encoding, or a length other than 0."""
+    for name, value in headers:
+        name = name.lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
 
 
 def _limit(query_string: bytes) -> int | None:

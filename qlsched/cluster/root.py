@@ -27,6 +27,7 @@ from qlsched.core.config import Config, ConfigError, validate
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.pool import Connection, open_database
+from qlsched.postgres.reader import open_reader
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
@@ -124,6 +125,8 @@ async def open_cluster_control(
             application_name="qlsched-admit",
             settings=ADMIT_SETTINGS,
         ) as admit_db,
+        # HTTP reads: a pool of their own, so requests can never hold a scheduler connection.
+        open_reader(config.dsn) as http_reader,
     ):
         trace.append("pools_opened")
 
@@ -157,9 +160,10 @@ async def open_cluster_control(
                     app = AdmissionApp(
                         lifecycle=lifecycle,
                         metrics=metrics,
-                        reader=store,
+                        reader=http_reader,
                         sink=sink,
                         replica=config.owner,
+                        token=config.http_token,
                     )
 
                     async def run_http(

@@ -36,6 +36,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pg_bindir: str | None = None
     diagnostics: str | None = None
     """A file for diagnostic JSON lines; None means stderr."""
+    http_token: str | None = None
+    """A bearer token for ``/metrics`` and ``/v1/schedules`` (``QLSCHED_HTTP_TOKEN`` or the
+    config file; no flag, so it never shows in ``ps``); None leaves them open."""
 
     def http_address(self) -> tuple[str, int] | None:
         if self.http is None:
@@ -157,6 +160,17 @@ def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
         raise ConfigError(f"dsn: must not be empty (from {src('dsn')})")
     if not config.owner or len(config.owner) > 200:
         raise ConfigError(f"owner must be 1..200 characters (from {src('owner')})")
+    if config.http_token is not None and not (
+        config.http_token.strip()
+        and config.http_token.isascii()
+        and config.http_token.isprintable()
+        and config.http_token == config.http_token.strip()
+    ):
+        # Never echo the value: it is a secret.
+        raise ConfigError(
+            "http_token: must be non-empty printable ASCII without surrounding spaces"
+            f" (from {src('http_token')})"
+        )
     if config.http is not None:
         host, sep, port = config.http.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:

@@ -37,11 +37,17 @@ class Database:
     """One asyncpg pool, reached from Trio through a trio-asyncio loop."""
 
     def __init__(
-        self, pool: asyncpg.Pool[asyncpg.Record], loop: Any, *, isolation: Isolation
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        loop: Any,
+        *,
+        isolation: Isolation,
+        acquire_timeout: float | None = None,
     ) -> None:
         self._pool = pool
         self._loop = loop
         self.isolation = isolation
+        self._acquire_timeout = acquire_timeout
 
     async def run(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
         """Run ``fn`` on one pooled connection; one bridge crossing for the whole call."""
@@ -49,7 +55,8 @@ class Database:
         return result
 
     async def _call(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
-        conn = await self._pool.acquire()
+        # TimeoutError when no connection is free within ``acquire_timeout`` (None: wait).
+        conn = await self._pool.acquire(timeout=self._acquire_timeout)
         try:
             result = await fn(conn)
         except asyncpg.PostgresError:
@@ -145,8 +152,12 @@ async def open_database(
     application_name: str = "qlsched",
     settings: Mapping[str, str] | None = None,
     connect_timeout: float = 10.0,
+    acquire_timeout: float | None = None,
 ) -> AsyncIterator[Database]:
     """Open a pool whose connections default to ``isolation``; close it on exit.
+
+    ``acquire_timeout`` bounds the wait for a free connection in ``Database.run``
+    (``TimeoutError`` past it); None waits as long as the caller's scope allows.
 
     Raises:
         DsnError: the DSN is malformed (checked before connecting).
@@ -165,7 +176,7 @@ async def open_database(
                 dsn, min_size, max_size, server_settings, connect_timeout
             )
         try:
-            yield Database(pool, loop, isolation=isolation)
+            yield Database(pool, loop, isolation=isolation, acquire_timeout=acquire_timeout)
         finally:
             with trio.move_on_after(5, shield=True) as scope:
                 await trio_asyncio.aio_as_trio(pool.close, loop=loop)()
