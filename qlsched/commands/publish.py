@@ -14,7 +14,7 @@ import os
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
-from qlsched.core.specs import SpecError, decode_publish_file
+from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish_file
 from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import PublishResult, publish
@@ -23,7 +23,7 @@ from qlsched.postgres.publish import PublishResult, publish
 def main(args: argparse.Namespace) -> int:
     try:
         with open(args.file, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(PUBLISH_FILE_MAX_BYTES + 1)  # one byte over: decode says too large
     except OSError as exc:
         return fail("publish", f"{args.file}: {exc.strerror}", 2)
 

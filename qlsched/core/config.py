@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
+from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
+
 CLAIM_BUDGET_HARD_CAP = 256
+CONFIG_FILE_MAX_BYTES = 1024 * 1024
+SECRET_FIELDS = frozenset({"dsn", "http_token"})
+"""Options whose value is never echoed in a message (a DSN may carry a password)."""
 
 
 class ConfigError(ValueError):
@@ -65,22 +69,30 @@ def default_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` (control characters escaped) cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
+    if name in SECRET_FIELDS and value is not None and not isinstance(value, str):
+        raise ConfigError(f"{name}: expected a string (from {source})")
     if name in _INT_FIELDS:
         if isinstance(value, bool):
-            raise ConfigError(f"{name}: expected an integer, got {value!r} (from {source})")
+            raise ConfigError(f"{name}: expected an integer, got {_shown(value)} (from {source})")
         if isinstance(value, str):
             try:
                 return int(value.replace("_", ""))
             except ValueError:
                 raise ConfigError(
-                    f"{name}: expected an integer, got {value!r} (from {source})"
+                    f"{name}: expected an integer, got {_shown(value)} (from {source})"
                 ) from None
         if not isinstance(value, int):
-            raise ConfigError(f"{name}: expected an integer, got {value!r} (from {source})")
+            raise ConfigError(f"{name}: expected an integer, got {_shown(value)} (from {source})")
         return value
     if value is not None and not isinstance(value, str):
-        raise ConfigError(f"{name}: expected a string, got {value!r} (from {source})")
+        raise ConfigError(f"{name}: expected a string, got {_shown(value)} (from {source})")
     return value
 
 
@@ -96,20 +108,11 @@ def load_config(
     if file is not None:
         try:
             with open(file, "rb") as fh:
-                data = tomllib.load(fh)
+                raw = fh.read(CONFIG_FILE_MAX_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"config file {file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {file}: not valid TOML ({exc})") from None
-        section = data.get("qlsched", data)
-        if not isinstance(section, dict):
-            raise ConfigError(f"config file {file}: [qlsched] must be a table")
-        for key, value in section.items():
-            name = key.replace("-", "_")
-            if name not in FIELDS:
-                raise ConfigError(f"{key}: unknown option (from config file {file})")
-            values[name] = _coerce(name, value, f"config file {file}")
-            origin[name] = f"config file {file}"
+        values = decode_config_file(raw, f"config file {file}")
+        origin = dict.fromkeys(values, f"config file {file}")
     environ = os.environ if env is None else env
     for name in FIELDS:
         var = f"QLSCHED_{name.upper()}"
@@ -127,6 +130,30 @@ def load_config(
     config = Config(**values)
     validate(config, origin)
     return config
+
+
+def decode_config_file(raw: bytes, source: str) -> dict[str, Any]:
+    """The options a config file sets (keys at the top level or under ``[qlsched]``),
+    coerced but not yet validated together.
+
+    Raises:
+        ConfigError: the file is too large, too deeply nested, not TOML, or names an
+            unknown option or a value of the wrong type (one line, naming ``source``).
+    """
+    try:
+        data = decode_toml(raw, max_bytes=CONFIG_FILE_MAX_BYTES)
+    except TomlFileError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    section = data.get("qlsched", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: [qlsched] must be a table")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"{printable(key)}: unknown option (from {source})")
+        values[name] = _coerce(name, value, source)
+    return values
 
 
 def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
@@ -173,9 +200,11 @@ def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
         )
     if config.http is not None:
         host, sep, port = config.http.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        digits = port.isascii() and port.isdigit()
+        if not sep or not host or not digits or not 0 <= int(port) <= 65535:
             raise ConfigError(
-                f"http={config.http!r}: expected HOST:PORT with PORT 0..65535 (from {src('http')})"
+                f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535"
+                f" (from {src('http')})"
             )
 
 

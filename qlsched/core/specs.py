@@ -4,6 +4,11 @@ A file with any invalid entry is rejected whole: ``SpecError`` names the entry a
 field (``triggers[2] (id "nightly"): cron: hour: 25 is out of range 0-23``). Digests are
 SHA-256 over canonical JSON (sorted keys, no whitespace), so the same content always has
 the same digest and publishing the same file twice changes nothing.
+
+Every limit the database enforces (the id pattern, the cron and timezone lengths, the grace
+bounds, no NUL in text) is checked here, before any connection: a file that passes never
+fails a CHECK constraint at publish. The file itself is bounded in size and nesting
+(``tomlfile``).
 """
 
 from __future__ import annotations
@@ -15,10 +20,21 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from qlsched.core.cron import CronError, parse_cron
+from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 
-ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+# The database's CHECK is `~ '^...$'`, where `$` is the end of the text; Python's `$` also
+# matches before a final newline, so `\Z` (or "abc\n" would pass here and fail there).
+ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}\Z"
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
+ID_RULE = "[a-z0-9][a-z0-9_.-]{0,62}"
 COMMAND_MAX_BYTES = 1_000_000
+CRON_MAX_CHARS = 200
+"""``triggers_cron_check``: length(cron) BETWEEN 1 AND 200."""
+TIMEZONE_MAX_CHARS = 64
+"""``triggers_timezone_check``: length(timezone) BETWEEN 1 AND 64."""
+GRACE_MAX_MS = 86_400_000
+PUBLISH_FILE_MAX_BYTES = 64 * 1024 * 1024
+"""Room for many tasks of up to ``COMMAND_MAX_BYTES`` each, far below memory trouble."""
 EXECUTOR = "remote_worker"
 TRIGGER_ID_SCOPE = (
     "already a trigger of project {project}; trigger ids are unique across projects, because"
@@ -48,7 +64,7 @@ class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cron: str
     timezone: str = "UTC"
     misfire: Literal["skip", "fire_once"] = "skip"
-    misfire_grace_ms: Annotated[int, msgspec.Meta(ge=0, le=86_400_000)] = 60_000
+    misfire_grace_ms: Annotated[int, msgspec.Meta(ge=0, le=GRACE_MAX_MS)] = 60_000
     enabled: bool = True
 
 
@@ -64,19 +80,7 @@ _PATH = re.compile(r"^\$\.(projects|tasks|triggers)\[(\d+)\](?:\.(\w+))?")
 def quoted(text: str) -> str:
     """``text`` in double quotes with every unprintable character escaped, so an id from a
     hostile file cannot write control sequences or fake lines into a terminal or log."""
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) <= 0xFF:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return '"' + "".join(out) + '"'
+    return '"' + printable(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 def _entry_label(data: Any, section: str, index: int) -> str:
@@ -92,13 +96,14 @@ def _entry_label(data: Any, section: str, index: int) -> str:
 def decode_publish_file(raw: bytes) -> PublishFile:
     """Decode and validate a publish file; raise SpecError naming entry and field."""
     try:
-        data = msgspec.toml.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise SpecError(f"not valid TOML: {exc}") from None
+        data = decode_toml(raw, max_bytes=PUBLISH_FILE_MAX_BYTES)
+    except TomlFileError as exc:
+        raise SpecError(str(exc)) from None
     try:
         spec = msgspec.convert(data, PublishFile)
     except msgspec.ValidationError as exc:
-        message = str(exc)
+        # The message may quote a key the file chose (an unknown field): escape it.
+        message = printable(str(exc)).replace(f"regex {ID_PATTERN!r}", ID_RULE)
         # msgspec says "... - at `$.triggers[0].cron`": rewrite the path as entry + field.
         head, _, path = message.rpartition(" - at `")
         m = _PATH.match(path.rstrip("`"))
@@ -147,6 +152,10 @@ def validate_publish_file(spec: PublishFile) -> None:
         if other != tr.project:
             raise SpecError(f"{label}: id: {TRIGGER_ID_SCOPE.format(project=other)}")
         triggers.add((tr.project, tr.id))
+        if len(tr.cron) > CRON_MAX_CHARS:
+            raise SpecError(f"{label}: cron: longer than {CRON_MAX_CHARS} characters")
+        if not 1 <= len(tr.timezone) <= TIMEZONE_MAX_CHARS:
+            raise SpecError(f"{label}: timezone: expected 1..{TIMEZONE_MAX_CHARS} characters")
         try:
             parse_cron(tr.cron, tr.timezone)
         except CronError as exc:
