@@ -221,7 +221,7 @@ def redact(dsn: str) -> str:
     """
     m = _SCHEME.match(dsn)
     if m is None:
-        if "=" in dsn:
+        if "=" in dsn and "://" not in dsn:  # another scheme's URI may hide a userinfo
             return _redact_keywords(dsn)
         return "<not a postgresql:// URI>"
     head, rest = m.group(0), dsn[m.end() :]

@@ -184,6 +184,16 @@ def _run_replica(sweep: Sweep, runtime_dsn: str) -> None:
                 sweep.seen.append((f"GET {path} token={token is not None}", body.decode()))
                 if path in ("/metrics", "/v1/schedules"):
                     assert status == (200 if token == HTTP_TOKEN else 401), (path, status)
+        # Take the runtime's read of the schedules away: claims and HTTP reads fail with a
+        # driver error (42501) and reach the sink as codes, SQLSTATEs and classes.
+        execute(
+            sweep.pg.dsn(sweep.database),
+            "REVOKE SELECT ON qlsched.trigger_schedules FROM qlsched_runtime",
+        )
+        time.sleep(1.0)
+        for path in ("/metrics", "/v1/schedules"):
+            status, body = _http(port, path, HTTP_TOKEN)
+            sweep.seen.append((f"GET {path} after the revoke", body.decode()))
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -192,7 +202,9 @@ def _run_replica(sweep: Sweep, runtime_dsn: str) -> None:
             proc.communicate()
     assert proc.returncode == 0, err
     sweep.seen += [("run stdout", out), ("run stderr", err)]
-    sweep.seen.append(("diagnostic sink", sink.read_text()))
+    diagnostics = sink.read_text()
+    assert "42501" in diagnostics, diagnostics
+    sweep.seen.append(("diagnostic sink", diagnostics))
 
 
 def test_no_password_leaks_from_any_command(server: EmbeddedPostgres, tmp_path: Path) -> None:
