@@ -190,7 +190,9 @@ def with_database(dsn: str, database: str) -> str:
     """The same DSN (same role, same credentials wherever they sit) to another database."""
     scheme, netloc, _, query, fragment = _split(dsn)
     query = _without_params(query, frozenset({"dbname", "database"}))
-    return urlunsplit((scheme, netloc, "/" + quote(database, safe=""), query, fragment))
+    url = urlunsplit((scheme, netloc, "/" + quote(database, safe=""), query, fragment))
+    # urllib drops the empty authority ("postgresql:/db"); keep the URI form libpq documents.
+    return url if netloc else url.replace(":", "://", 1)
 
 
 def _redact_query(query: str) -> str:

@@ -97,6 +97,7 @@ def test_with_database_keeps_the_login() -> None:
     password sits), and drops a query dbname that would contradict it."""
     dsn = f"postgresql://su@h/postgres?dbname=x&password={MARK}"
     assert with_database(dsn, "qlsched") == f"postgresql://su@h/qlsched?password={MARK}"
+    assert with_database("postgresql://", "qlsched") == "postgresql:///qlsched"
 
 
 def test_the_superuser_dsn_comes_from_the_flag_the_environment_or_libpq() -> None:
