@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import qlsched
 from qlsched.core.config import Config, ConfigError, decode_config_file, validate
 from qlsched.core.specs import (
     PublishFile,
@@ -35,7 +34,7 @@ from qlsched.core.specs import (
 from qlsched.core.tomlfile import MAX_DEPTH, bracket_depth
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-VALID_FILE = (Path(qlsched.__file__).parent / "demo_triggers.toml").read_bytes()
+VALID_FILE = (Path(__file__).resolve().parents[2] / "examples" / "triggers.toml").read_bytes()
 # The database's CHECK, as PostgreSQL reads it: `$` is the end of the text (no newline).
 PG_ID = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 
