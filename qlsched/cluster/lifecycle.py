@@ -1,7 +1,10 @@
 """The cadence: one coordinator round at a time, catch-up, back-off, and a bounded stop.
 
 States: created -> running (``run`` started) -> stopping (``stop()`` called) -> stopped
-(``run`` returned). Readiness is ``running and not stopping``.
+(``run`` returned). Readiness is ``running and not stopping``, the last round neither
+failed nor lost a reply (``commit_unknown``), and the database answers (a call with no reply
+within its budget drops readiness at once): a replica that cannot reach its database is not
+ready until it answers and a round goes through again.
 
 Invariants:
 
@@ -17,7 +20,7 @@ Invariants:
   round in flight may finish its decisions and admit, claims it had not yet decided are
   released under their fence, and its cancel scope gets the deadline now + ``stop_timeout_ms``.
   At the deadline whatever is left is cancelled (those claims are left to expire) and ``run``
-  returns.
+  returns; ``statistics().cut_at_deadline`` then says so.
 
 Time: cadence and deadlines use ``trio.current_time()`` (so a MockClock drives them); every
 durable time comes from the store.
@@ -25,6 +28,7 @@ durable time comes from the store.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -54,8 +58,12 @@ class LifecycleStatistics(msgspec.Struct, frozen=True, kw_only=True):
     stopping: bool
     stopped: bool
     ready: bool
-    """``running and not stopping``: the replica is scheduling."""
+    """``running and not stopping``, the last round neither failed nor lost a reply, and
+    the database answers: the replica is scheduling."""
     last_round: RoundStats | None
+    cut_at_deadline: bool = False
+    """The stop deadline cancelled a round in flight (its claims are left to expire; an
+    admit whose reply never came is ``CommitUnknown``)."""
 
 
 class Lifecycle:
@@ -75,8 +83,15 @@ class Lifecycle:
     """
 
     def __init__(
-        self, coordinator: Coordinator, config: Config, *, max_backoff_ms: int = MAX_BACKOFF_MS
+        self,
+        coordinator: Coordinator,
+        config: Config,
+        *,
+        max_backoff_ms: int = MAX_BACKOFF_MS,
+        answering: Callable[[], bool] | None = None,
     ) -> None:
+        """``answering``: whether the database still replies (a call that got no reply in its
+        budget makes it False); readiness drops at once, not when the round ends."""
         self._coordinator = coordinator
         self._sink = coordinator.sink
         self._metrics = coordinator.metrics
@@ -94,10 +109,19 @@ class Lifecycle:
         self._round_failures = 0
         self._consecutive_failures = 0
         self._last_round: RoundStats | None = None
+        self._cut_at_deadline = False
+        self._reply_lost = False
+        self._answering = answering
 
     @property
     def ready(self) -> bool:
-        return self._running and not self._stop.is_set()
+        return (
+            self._running
+            and not self._stop.is_set()
+            and not self._consecutive_failures
+            and not self._reply_lost
+            and (self._answering is None or self._answering())
+        )
 
     def statistics(self) -> LifecycleStatistics:
         return LifecycleStatistics(
@@ -109,6 +133,7 @@ class Lifecycle:
             stopped=self._stopped.is_set(),
             ready=self.ready,
             last_round=self._last_round,
+            cut_at_deadline=self._cut_at_deadline,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -173,6 +198,7 @@ class Lifecycle:
             self._end_round(stats, failure)
             if scope.cancelled_caught:
                 # Only ``stop()`` puts a deadline on the round's scope: the drain is over.
+                self._cut_at_deadline = True
                 return
             delay = self._delay(stats)
             with trio.move_on_at(started + delay):
@@ -193,6 +219,9 @@ class Lifecycle:
         elif stats is not None:
             self._consecutive_failures = 0
             self._last_round = stats
+            # A lost reply (a cut connection, a call with no answer in its budget) is the
+            # first sign of a silent database; the next round that goes through clears it.
+            self._reply_lost = stats.commit_unknown > 0
         round_ended, self._round_ended = self._round_ended, trio.Event()
         round_ended.set()
 

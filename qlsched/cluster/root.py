@@ -4,7 +4,14 @@ Start (the ADR's order): validate config → open pools → schema readiness →
 recovery → start the lifecycle → open HTTP admission. Stop is the reverse, by construction
 of the ``async with`` chain: withdraw admission (readiness 503, listener closed) → stop and
 drain the scheduler (bounded by ``stop_timeout_ms``) → close the pools. A readiness failure
-raises ``SchemaNotReady`` before the lifecycle exists, so it never starts.
+raises ``SchemaNotReady`` before the lifecycle exists, so it never starts; a database error
+during readiness or recovery (a lock wait or statement timeout, no reply, a lost
+connection) raises ``StartupFailed`` with one line naming the step and the cause.
+
+The stop deadline holds whatever the database does: every call has a client-side budget
+(``call_timeout_s``: a silent server is noticed within the lease), the drain is cut at
+``stop_timeout_ms``, the root waits ``DRAIN_SLACK_S`` more for the cut round to unwind and
+then cancels it, and the pools get ``POOL_CLOSE_S`` together to close before they are terminated.
 
 Ownership: ``open_cluster_control`` owns every task, pool and listener it opens; nothing
 outlives its block. Only this module hands its nursery to services (``nursery.start``).
@@ -13,8 +20,9 @@ outlives its block. Only this module hands its nursery to services (``nursery.st
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Final, TypeVar
 
 import msgspec
 import trio
@@ -25,15 +33,92 @@ from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config, ConfigError, validate
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
-from qlsched.postgres.errors import SchemaNotReady
-from qlsched.postgres.pool import Connection, open_database
+from qlsched.postgres.errors import (
+    SchemaNotReady,
+    StartupFailed,
+    describe_database_error,
+    is_database_error,
+)
+from qlsched.postgres.pool import Connection, Database, close_deadline, open_database
 from qlsched.postgres.reader import open_reader
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 
-DRAIN_SLACK_S = 2.0
-"""Beyond ``stop_timeout_ms``, how long the root waits for the lifecycle to return."""
+DRAIN_SLACK_S: Final = 0.25
+"""Beyond ``stop_timeout_ms``, how long the root waits for the cut round to unwind before it
+cancels the lifecycle's task."""
+POOL_CLOSE_S: Final = 0.3
+"""Budget of the pools' graceful close at stop (one deadline for all three, the HTTP
+reader's included); then their connections are terminated."""
+CALL_MARGIN_S: Final = 1.0
+"""A database call's client-side budget ends this long before the lease would."""
+
+T = TypeVar("T")
+
+
+def call_timeout_s(lease_ms: int, cadence_ms: int) -> float:
+    """The client-side budget of one database call: a cadence and a margin under the lease
+    (so usually above the runtime role's statement and lock timeouts, which come first as
+    typed errors). A server that stops answering is then noticed (a failed round or a lost
+    reply: ``/readyz`` 503) within one lease, even when it went silent between rounds."""
+    lease_s, cadence_s = lease_ms / 1000, cadence_ms / 1000
+    return max(lease_s / 2, lease_s - cadence_s - CALL_MARGIN_S)
+
+
+WATCH_S: Final = 0.25
+"""How often the root's watchdog cuts database calls past their budget."""
+STALL_S: Final = 1.0
+"""A watchdog tick this much later than due means this process did not run (a SIGSTOP, a
+paused VM): the calls in flight get that time back."""
+
+
+async def _watch_calls(dbs: tuple[Database, ...]) -> None:
+    last = trio.current_time()
+    while True:
+        await trio.sleep(WATCH_S)
+        now = trio.current_time()
+        late = now - last - WATCH_S
+        last = now
+        for db in dbs:
+            db.cut_overdue(now, late if late > STALL_S else 0.0)
+
+
+@asynccontextmanager
+async def _own_close_deadline() -> AsyncIterator[None]:
+    """The pools' shared close deadline (set at stop) for this control only."""
+    token = close_deadline.set(math.inf)
+    try:
+        yield
+    finally:
+        close_deadline.reset(token)
+
+
+@asynccontextmanager
+async def _watching_calls(dbs: tuple[Database, ...]) -> AsyncIterator[None]:
+    """Enforce the pools' call budgets for the block (start-up included); the block's own
+    exception comes out as itself, not wrapped in the watchdog's nursery group."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_calls, dbs)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        raise group.exceptions[0] from None
+
+
+async def _startup_step(step: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Run a start-up step; a database error becomes one line naming the step and cause."""
+    try:
+        return await call()
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        raise StartupFailed(f"{step}: {describe_database_error(exc)}") from None
 
 
 class ControlStatistics(msgspec.Struct, frozen=True):
@@ -95,12 +180,16 @@ async def open_cluster_control(
     Raises:
         ConfigError: the configuration is invalid or has no DSN (nothing was opened).
         DatabaseUnavailable: the database could not be reached.
+        StartupFailed: readiness or recovery hit a database error (a lock or statement
+            timeout, no reply, a lost connection); the message names the step and cause.
         SchemaNotReady: readiness failed; the message lists every finding.
 
     Cancellation:
         Leaving the block normally (or by an exception from the body) drains within
-        ``stop_timeout_ms``; cancelling the enclosing scope cuts everything at once and
-        leaves in-flight claims to expire.
+        ``stop_timeout_ms`` and returns within ``stop_timeout_ms`` + 1 s whatever the
+        database does; ``statistics().lifecycle.cut_at_deadline`` says whether work was cut.
+        Cancelling the enclosing scope cuts everything at once (no drain, no graceful pool
+        close) and leaves in-flight claims to expire.
     """
     validate(config)
     if not config.dsn:
@@ -108,15 +197,19 @@ async def open_cluster_control(
     sink = sink or DiagnosticSink(replica=config.owner)
     trace: list[str] = []
     pool_size = max(2, min(config.claim_budget, 8))
+    call_timeout = call_timeout_s(config.lease_ms, config.cadence_ms)
     # Claims: READ COMMITTED, generic plans (the claim is re-planned on every call
     # otherwise). Admits: SERIALIZABLE, index probes only (a sequential scan would be a
     # relation-level SIRead lock). See CLAIM_SETTINGS and ADMIT_SETTINGS.
     async with (
+        _own_close_deadline(),
         open_database(
             config.dsn,
             max_size=pool_size,
             application_name="qlsched-claim",
             settings=CLAIM_SETTINGS,
+            call_timeout=call_timeout,
+            close_timeout=POOL_CLOSE_S,
         ) as claim_db,
         open_database(
             config.dsn,
@@ -124,23 +217,28 @@ async def open_cluster_control(
             max_size=2,
             application_name="qlsched-admit",
             settings=ADMIT_SETTINGS,
+            call_timeout=call_timeout,
+            close_timeout=POOL_CLOSE_S,
         ) as admit_db,
         # HTTP reads: a pool of their own, so requests can never hold a scheduler connection.
         open_reader(config.dsn) as http_reader,
+        _watching_calls((claim_db, admit_db)),
     ):
         trace.append("pools_opened")
 
         async def ready_fn(conn: Connection) -> Readiness:
             return await check_readiness(conn, lease_ms=config.lease_ms)
 
-        readiness = await claim_db.run(ready_fn)
+        readiness = await _startup_step("readiness", lambda: claim_db.run(ready_fn))
         if not readiness.ready:
             sink.emit(Diagnostic(code="schema_not_ready", count=len(readiness.findings)))
             raise SchemaNotReady(
                 "schema not ready: " + "; ".join(readiness.findings), readiness.findings
             )
         trace.append("ready")
-        recovery = await recover(claim_db, replica=config.owner)
+        recovery = await _startup_step(
+            "start-up recovery", lambda: recover(claim_db, replica=config.owner)
+        )
         if recovery.marked:
             sink.emit(Diagnostic(code="recovery_marked", count=recovery.marked))
         trace.append("recovered")
@@ -148,7 +246,9 @@ async def open_cluster_control(
         store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
         metrics = Metrics(admit_counts=store)
         coordinator = Coordinator(store, config, sink, metrics)
-        lifecycle = Lifecycle(coordinator, config)
+        lifecycle = Lifecycle(
+            coordinator, config, answering=lambda: claim_db.answering and admit_db.answering
+        )
         control = ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
         try:
             async with trio.open_nursery() as nursery:
@@ -183,10 +283,17 @@ async def open_cluster_control(
                         http_scope.cancel()
                         trace.append("http_closed")
                     lifecycle.stop()
-                    budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
-                    with trio.move_on_after(budget if math.isfinite(budget) else 30, shield=True):
-                        await lifecycle.wait_stopped()
+                    if trio.current_effective_deadline() == -math.inf:
+                        # The embedder's scope is cancelled: cut at once, no drain.
+                        nursery.cancel_scope.cancel()
+                    else:
+                        budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
+                        with trio.move_on_after(budget, shield=True):
+                            await lifecycle.wait_stopped()
+                        # A round that did not unwind by now is cancelled outright.
+                        nursery.cancel_scope.cancel()
                     trace.append("lifecycle_stopped")
+                    close_deadline.set(trio.current_time() + POOL_CLOSE_S)
         finally:
             trace.append("pools_closing")
 

@@ -7,7 +7,10 @@ a database without the schema says to run ``init-db``). Without a DSN the replic
 local database (``qlsched local``), started on first use and left running when it stops.
 
 On SIGINT/SIGTERM: withdraw admission, drain the scheduler within ``stop_timeout_ms``, close
-the pools; exit 0 after a clean stop. ``--summary SECONDS`` prints a one-line summary of the
+the pools; exit 0 after a clean stop, 3 when the deadline cut a round in flight (its claims
+are left to expire). Either way the process is gone within ``stop_timeout_ms`` + 1 s,
+whatever the database does; a signal during start-up cuts the start at once (exit 0).
+``--summary SECONDS`` prints a one-line summary of the
 replica's counters at that interval (default: every 10 s when stderr is a terminal).
 """
 
@@ -47,6 +50,8 @@ FLAGS = (
     "pg_bindir",
 )
 
+STOPPED_AT_DEADLINE: Final = 3
+"""Exit code: stopped in time, but the deadline cut work in flight."""
 SUMMARY_ON_TERMINAL_S: Final = 10.0
 _LISTEN_ERRORS: Final = {
     errno.EADDRINUSE: "the address is already in use (another replica or service?)",
@@ -121,9 +126,16 @@ async def _print_summaries(control: ClusterControl, interval_s: float) -> None:
         print(f"qlsched run: {summary.line(interval_s)}", file=sys.stderr, flush=True)
 
 
+def _say(line: str) -> None:
+    print(f"qlsched run: {line}", file=sys.stderr, flush=True)
+
+
 async def run_replica(
     config: Config, stream: IO[str] | None = None, *, summary_s: float = 0.0
 ) -> int:
+    """Run until SIGINT/SIGTERM. A signal during start-up (readiness or recovery waiting on
+    the database) cuts the start at once: nothing was scheduling yet, so that is a stop in
+    order (exit 0)."""
     sink = DiagnosticSink(stream, replica=config.owner)
     try:
         check_listen(config.http_address())
@@ -131,46 +143,64 @@ async def run_replica(
         return fail("run", str(exc), 1)
     assert config.dsn
     await check_login(config.dsn)
-    with (
-        route_library_logs(sink),
-        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
-    ):
+    stop = trio.Event()
+    controls: list[ClusterControl] = []
+    failures: list[Exception] = []
+
+    async def replica(done: trio.CancelScope) -> None:
         try:
             async with open_cluster_control(config, sink=sink) as control:
-                where = (
-                    f" http://{control.http_address[0]}:{control.http_address[1]}"
-                    if (control.http_address)
-                    else ""
-                )
-                print(
-                    f"qlsched run: replica {config.owner} started{where}",
-                    file=sys.stderr,
-                    flush=True,
+                controls.append(control)
+                address = control.http_address
+                _say(
+                    f"replica {config.owner} started"
+                    + (f" http://{address[0]}:{address[1]}" if address else "")
                 )
                 async with trio.open_nursery() as nursery:
                     if summary_s > 0:
                         nursery.start_soon(_print_summaries, control, summary_s)
-                    async for signum in signals:
-                        print(
-                            f"qlsched run: {signal.Signals(signum).name}: stopping "
-                            f"(deadline {config.stop_timeout_ms} ms)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        break
+                    await stop.wait()
                     nursery.cancel_scope.cancel()
-        except SchemaNotReady as exc:
-            raise _short_not_ready(exc) from None
-        except OSError as exc:
+        except Exception as exc:
+            # Raised again outside the nursery, so the command maps it to one line.
+            failures.append(exc)
+        done.cancel()
+
+    with (
+        route_library_logs(sink),
+        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+    ):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replica, nursery.cancel_scope)
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if controls:
+                    _say(f"{name}: stopping (deadline {config.stop_timeout_ms} ms)")
+                    stop.set()
+                else:
+                    _say(f"{name}: stopping during start-up")
+                    nursery.cancel_scope.cancel()
+                break
+    if failures:
+        failure = failures[0]
+        if isinstance(failure, SchemaNotReady):
+            raise _short_not_ready(failure) from None
+        address = config.http_address()
+        if isinstance(failure, OSError) and address and failure.errno in _LISTEN_ERRORS:
             # The listener lost a race for its port after check_listen released it.
-            address = config.http_address()
-            if address is None or exc.errno not in _LISTEN_ERRORS:
-                raise
-            return fail("run", str(_listen_error(*address, exc)), 1)
-    stats = control.statistics()
-    print(
-        f"qlsched run: stopped after {stats.lifecycle.rounds} rounds", file=sys.stderr, flush=True
-    )
+            return fail("run", str(_listen_error(*address, failure)), 1)
+        raise failure
+    if not controls:
+        _say("stopped before it started")
+        return 0
+    stats = controls[0].statistics()
+    if stats.lifecycle.cut_at_deadline:
+        _say(
+            f"stopped at the deadline after {stats.lifecycle.rounds} rounds; the round in"
+            " flight was cut (its claims are left to expire)"
+        )
+        return STOPPED_AT_DEADLINE
+    _say(f"stopped after {stats.lifecycle.rounds} rounds")
     return 0
 
 

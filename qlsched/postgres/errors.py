@@ -43,6 +43,18 @@ class DatabaseUnavailable(RuntimeError):
     """The database could not be reached or refused the login (message has no DSN)."""
 
 
+class StartupFailed(DatabaseUnavailable):
+    """A start-up step (readiness, recovery) hit a database error: one line, no traceback.
+
+    A subclass of ``DatabaseUnavailable`` so commands exit 1 with its message."""
+
+
+class CallTimeout(TimeoutError):
+    """A database call outlived its client-side budget (no reply: a frozen server or a
+    connection that went silent). The connection was discarded; an admit's outcome is
+    unknown."""
+
+
 def sqlstate(exc: BaseException) -> str | None:
     state = getattr(exc, "sqlstate", None)
     return state if isinstance(state, str) else None
@@ -82,6 +94,27 @@ def is_permission_denied(exc: BaseException) -> bool:
 def constraint_name(exc: BaseException) -> str | None:
     name = getattr(exc, "constraint_name", None)
     return name if isinstance(name, str) else None
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """The server answered with an error, or the connection failed or went silent."""
+    return isinstance(exc, asyncpg.PostgresError) or classify(exc) is ErrorKind.CONNECTION
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """One safe line naming the cause of a database error (SQLSTATE and class, no message)."""
+    state = sqlstate(exc)
+    if state == "55P03":
+        return "a lock wait timed out (SQLSTATE 55P03): another session holds a lock"
+    if state == "57014":
+        return "a statement timed out (SQLSTATE 57014)"
+    if isinstance(exc, CallTimeout):
+        return "the database did not answer in time (no reply within the call budget)"
+    if state is not None and state.startswith("57P"):
+        return f"the server is shutting down or restarting (SQLSTATE {state})"
+    if classify(exc) is ErrorKind.CONNECTION:
+        return f"the connection was lost ({type(exc).__name__})"
+    return f"the database refused it ({type(exc).__name__}{', SQLSTATE ' + state if state else ''})"
 
 
 _SERVER_REFUSALS = {

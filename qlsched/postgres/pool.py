@@ -10,20 +10,38 @@ and closes it on exit. Cancellation: a call cut mid-flight (Trio cancellation, a
 connection, a client timeout) terminates its connection before the pool gets it back, so a
 half-done transaction is never reused; a call the server answered with an error has already
 been rolled back by the server (implicit transaction) or by asyncpg's transaction block.
+
+Bounded teardown: closing the pool waits at most ``close_timeout`` or until
+``close_deadline`` (not at all when the caller is being cancelled), then terminates what is
+left. A connection cut mid-flight leaves
+asyncpg side tasks behind (its cancel request, an SSL negotiation) whose futures fail with a
+lost connection after nobody awaits them any more; trio-asyncio's own handler would raise
+those in the loop's nursery, tearing the loop down under the next crossing. The bridge counts
+them (``bridge_errors``) instead: they are the expected noise of discarding dead connections.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextvars
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import asyncpg
 import trio
 import trio_asyncio
 
 from qlsched.postgres.dsn import DsnError, check_dsn, database_of, describe_dsn_rejection
-from qlsched.postgres.errors import DatabaseUnavailable, describe_connect_error
+from qlsched.postgres.errors import (
+    CallTimeout,
+    DatabaseUnavailable,
+    ErrorKind,
+    classify,
+    describe_connect_error,
+)
 
 T = TypeVar("T")
 Isolation = Literal["read committed", "serializable"]
@@ -31,6 +49,19 @@ Isolation = Literal["read committed", "serializable"]
 Connection: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 )
+
+CLOSE_TIMEOUT_S: Final = 5.0
+"""Default budget of a graceful pool close before its connections are terminated."""
+
+close_deadline: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "close_deadline", default=math.inf
+)
+"""Trio time by which every pool closed in this context must be closed (or terminated): an
+owner stopping several pools, some opened by helpers, sets one deadline for all of them."""
+
+bridge_errors: collections.Counter[str] = collections.Counter()
+"""Exception class -> count of asyncio-side errors the bridge swallowed (dead connections'
+orphaned futures). Process-wide: read by tests and diagnostics, never reset by the code."""
 
 
 class Database:
@@ -43,16 +74,58 @@ class Database:
         *,
         isolation: Isolation,
         acquire_timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> None:
         self._pool = pool
         self._loop = loop
         self.isolation = isolation
         self._acquire_timeout = acquire_timeout
+        self.call_timeout = call_timeout
+        """Client-side budget of one ``run`` (acquire, connect and the call), enforced by
+        the owner calling ``cut_overdue`` on a timer; None: none."""
+        self._calls: dict[trio.CancelScope, float] = {}
+        """In-flight calls (with a budget) -> their deadline, Trio time."""
+        self.answering = True
+        """False from a call that got no reply within ``call_timeout`` until the server next
+        answers one (a result or an error): the database has gone silent."""
 
     async def run(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``fn`` on one pooled connection; one bridge crossing for the whole call."""
-        result: T = await trio_asyncio.aio_as_trio(self._call, loop=self._loop)(fn)
-        return result
+        """Run ``fn`` on one pooled connection; one bridge crossing for the whole call.
+
+        Raises:
+            CallTimeout: the owner's watchdog (``cut_overdue``) found no result within
+                ``call_timeout`` (the connection was discarded).
+        """
+        if self.call_timeout is None:
+            result: T = await trio_asyncio.aio_as_trio(self._call, loop=self._loop)(fn)
+            return result
+        scope = trio.CancelScope()
+        self._calls[scope] = trio.current_time() + self.call_timeout
+        try:
+            with scope:
+                try:
+                    result = await trio_asyncio.aio_as_trio(self._call, loop=self._loop)(fn)
+                except asyncpg.PostgresError:
+                    self.answering = True
+                    raise
+                self.answering = True
+                return result
+        finally:
+            del self._calls[scope]
+        assert scope.cancelled_caught
+        self.answering = False
+        raise CallTimeout(f"no reply within {self.call_timeout:g} s")
+
+    def cut_overdue(self, now: float, stalled_s: float = 0.0) -> None:
+        """Cut every call past its ``call_timeout``, first moving each deadline on by
+        ``stalled_s``, the time this process itself did not run (a SIGSTOP, a paused VM):
+        the database did not keep us waiting then. Called by the pool's owner on a timer;
+        a deadline on the call's own scope would fire the moment a stalled process wakes."""
+        for scope, deadline in list(self._calls.items()):
+            deadline += stalled_s
+            self._calls[scope] = deadline
+            if now >= deadline:
+                scope.cancel()
 
     async def _call(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
         # TimeoutError when no connection is free within ``acquire_timeout`` (None: wait).
@@ -96,22 +169,61 @@ async def _create_pool(
     )
 
 
+def _swallow_dead_connection_errors(loop: Any, context: dict[str, Any]) -> None:
+    """The loop's exception handler: count what discarding dead connections leaves behind,
+    hand anything else (a bug) to trio-asyncio's handler, which raises it."""
+    exc = context.get("exception")
+    if exc is None or isinstance(exc, asyncio.CancelledError) or _is_dead_connection(exc):
+        bridge_errors[type(exc).__name__ if exc is not None else "message"] += 1
+        return
+    loop.default_exception_handler(context)
+
+
+@contextmanager
+def _handler_installed(loop: Any) -> Iterator[None]:
+    """Install the bridge's exception handler unless the loop's owner set one of its own."""
+    if loop.get_exception_handler() is not None:
+        yield
+        return
+    loop.set_exception_handler(_swallow_dead_connection_errors)
+    try:
+        yield
+    finally:
+        if not loop.is_closed():
+            loop.set_exception_handler(None)
+
+
 @asynccontextmanager
 async def _bridge() -> AsyncIterator[Any]:
     loop = trio_asyncio.current_loop.get()
     if loop is not None:
-        yield loop
+        with _handler_installed(loop):
+            yield loop
         return
+    body_raised = False
     try:
         async with trio_asyncio.open_loop() as new_loop:
-            yield new_loop
+            with _handler_installed(new_loop):
+                try:
+                    yield new_loop
+                except BaseException:
+                    body_raised = True
+                    raise
     except BaseExceptionGroup as group:
         # open_loop runs nurseries, which wrap what our own code raised; hand callers the
         # one exception they can handle (a DatabaseUnavailable, a Cancelled) when it is one.
         leaf = _single_leaf(group)
         if leaf is None:
             raise
+        if not body_raised and _is_dead_connection(leaf):
+            # The loop's teardown awaited a task of a discarded connection: expected.
+            bridge_errors[type(leaf).__name__] += 1
+            return
         raise leaf from None
+
+
+def _is_dead_connection(exc: BaseException) -> bool:
+    return isinstance(exc, Exception) and classify(exc) is ErrorKind.CONNECTION
 
 
 def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -153,11 +265,20 @@ async def open_database(
     settings: Mapping[str, str] | None = None,
     connect_timeout: float = 10.0,
     acquire_timeout: float | None = None,
+    call_timeout: float | None = None,
+    close_timeout: float = CLOSE_TIMEOUT_S,
 ) -> AsyncIterator[Database]:
     """Open a pool whose connections default to ``isolation``; close it on exit.
 
     ``acquire_timeout`` bounds the wait for a free connection in ``Database.run``
     (``TimeoutError`` past it); None waits as long as the caller's scope allows.
+    ``call_timeout`` bounds each ``Database.run`` on the client side (see ``Database``);
+    ``close_timeout`` bounds the graceful close on exit (and ``close_deadline``, when the
+    owner set one), after which the remaining connections are terminated.
+
+    Cancellation:
+        Leaving the block while cancelled terminates the connections at once (no graceful
+        close). The close never raises: errors from closing dead connections are expected.
 
     Raises:
         DsnError: the DSN is malformed (checked before connecting).
@@ -175,13 +296,36 @@ async def open_database(
             pool = await trio_asyncio.aio_as_trio(_create_pool, loop=loop)(
                 dsn, min_size, max_size, server_settings, connect_timeout
             )
+        db = Database(
+            pool,
+            loop,
+            isolation=isolation,
+            acquire_timeout=acquire_timeout,
+            call_timeout=call_timeout,
+        )
         try:
-            yield Database(pool, loop, isolation=isolation, acquire_timeout=acquire_timeout)
+            yield db
         finally:
-            with trio.move_on_after(5, shield=True) as scope:
+            deadline = min(trio.current_time() + close_timeout, close_deadline.get())
+            await _close_pool(pool, loop, deadline)
+
+
+async def _close_pool(pool: asyncpg.Pool[asyncpg.Record], loop: Any, deadline: float) -> None:
+    """Close gracefully until ``deadline`` (shielded), else terminate; never raise an error
+    of a dead connection. A cancelled caller gets no graceful close: it asked to be cut."""
+    closed = False
+    if trio.current_effective_deadline() != -math.inf:
+        with trio.move_on_at(deadline, shield=True):
+            try:
                 await trio_asyncio.aio_as_trio(pool.close, loop=loop)()
-            if scope.cancelled_caught:
-                pool.terminate()
+                closed = True
+            except Exception as exc:
+                bridge_errors[type(exc).__name__] += 1
+    if not closed:
+        try:
+            pool.terminate()
+        except Exception as exc:
+            bridge_errors[type(exc).__name__] += 1
 
 
 async def connect_once(

@@ -4,9 +4,11 @@ Claims go over a READ COMMITTED pool, one statement in autocommit, so the lease 
 once. Admits go over a pool whose connections default to SERIALIZABLE, and a whole round's
 Fires are one statement (one implicit transaction, one round trip, one bridge crossing);
 rows whose fence or revisions fail are left out with their own outcome. A serialization
-failure or deadlock retries the batch while the lease has room; a constraint or other
-server error falls back to one occurrence at a time, so one bad row never blocks the
-others; a lost connection is ``CommitUnknown`` and is never re-sent. A batch never waits
+failure or deadlock retries the batch while the lease has room; a lock or statement
+timeout (55P03, 57014) ends admission for the round (``RetryExhausted``, claims left to
+expire: it says nothing about one row); a constraint or other server error falls back to
+one occurrence at a time, so one bad row never blocks the others; a lost connection is
+``CommitUnknown`` and is never re-sent. A batch never waits
 for a schedule row another session holds: it goes through without that row, which is then
 admitted alone, waiting for it (at most the runtime role's ``lock_timeout``; past that
 ``RetryExhausted`` with SQLSTATE 55P03, not retried, its claim untouched, to expire).
@@ -59,6 +61,13 @@ LEASE_MARGIN_S = 0.5
 
 LOCK_NOT_AVAILABLE = "55P03"
 """SQLSTATE of a lock wait cut by the runtime role's lock_timeout."""
+PROBE_BUDGET_S = 2.0
+"""After a lost admit reply, the time all the diagnostic look-ups of its keys may take."""
+TIMEOUT_CODES: Final[Mapping[str, str]] = {
+    LOCK_NOT_AVAILABLE: "admit_lock_timeout",
+    "57014": "admit_statement_timeout",
+}
+"""Diagnostic code of an admit ended by the runtime role's lock or statement timeout."""
 
 ADMIT_SETTINGS: Final[Mapping[str, str]] = {
     "enable_seqscan": "off",
@@ -289,6 +298,19 @@ class PostgresStore:
                         )
                         for f in fires
                     ]
+                if kind is ErrorKind.TIMEOUT:
+                    # A lock wait or statement timeout says nothing about one row: falling
+                    # back row by row would wait again per row, past the lease. Admission
+                    # ends for this round; the claims are left to expire, not retried.
+                    self._emit(
+                        Diagnostic(
+                            code=TIMEOUT_CODES.get(state or "", "admit_timeout"),
+                            sqlstate=state,
+                            exception=type(exc).__name__,
+                            count=len(fires),
+                        )
+                    )
+                    return [_exhausted(f, attempt, state) for f in fires]
                 if len(fires) > 1:
                     self._emit(
                         Diagnostic(
@@ -302,11 +324,6 @@ class PostgresStore:
                     for f in fires:
                         out.extend(await self._admit_batch([f]))
                     return out
-                if state == LOCK_NOT_AVAILABLE:
-                    # The row stayed held past the runtime role's lock_timeout: not retried
-                    # (that would hold the round back); the claim is left to expire and the
-                    # next claimer admits the same occurrence under the same key.
-                    return [_exhausted(fires[0], attempt, state)]
                 f = fires[0]
                 self._emit(
                     Diagnostic(
@@ -345,17 +362,21 @@ class PostgresStore:
         The answer never changes what happens next (the lease expires; the next claimer sees
         either the advanced cursor or the same occurrence under the same key)."""
         sql = query("run_by_key")
-        for f in fires:
-            landed: bool | None = None
-            with trio.move_on_after(2):
+        found: dict[str, bool] = {}
+        # One budget for all the probes, and none after one went unanswered: when the reply
+        # was lost to a silent server, probing each key would hold the round per key.
+        with trio.move_on_after(PROBE_BUDGET_S):
+            for f in fires:
                 try:
 
                     async def fn(conn: Connection, key: str = f.idempotency_key) -> Any:
                         return await conn.fetchval(sql, key)
 
-                    landed = await self._claim_db.run(fn) is not None
+                    found[f.idempotency_key] = await self._claim_db.run(fn) is not None
                 except Exception:
-                    landed = None
+                    break
+        for f in fires:
+            landed = found.get(f.idempotency_key)
             code = {
                 True: "commit_unknown_landed",
                 False: "commit_unknown_not_landed",
