@@ -20,6 +20,15 @@ Bind the proxy awaits ``on_admit(ctx)``, which may
   dropped and the client's socket is reset (SO_LINGER 0): the client sees ECONNRESET after
   its COMMIT landed, docs/contract.md §5's "COMMIT outcome unknown".
 
+Every Bind (of any statement) also awaits ``on_statement(sql)`` first, with the SQL of the
+statement it executes: a hook that waits holds that statement (and the connection) the
+same way, to stop a replica at one chosen await point of its round.
+
+``blackhole()`` makes the proxy a network that went silent: from then on nothing is
+forwarded either way and new connections are accepted but never answered; no socket is
+closed, so neither side sees an RST or an EOF (a cable pulled, a firewall dropping
+packets). ``heal()`` forwards what was held and carries on.
+
 Everything else passes through byte for byte. Ownership: ``serve`` runs until cancelled
 and closes every socket it opened; it reports its port through ``task_status``.
 """
@@ -92,9 +101,14 @@ class LostReply:
 
 
 AdmitHook = Callable[[AdmitContext], Awaitable[None]]
+StatementHook = Callable[[bytes], Awaitable[None]]
 
 
 async def _no_hook(ctx: AdmitContext) -> None:
+    return None
+
+
+async def _no_statement_hook(sql: bytes) -> None:
     return None
 
 
@@ -163,8 +177,13 @@ class _Connection:
         self.client = client
         self.upstream = upstream
         self.admit_statements: set[bytes] = set()
+        self.statements: dict[bytes, bytes] = {}
+        """Prepared statement name -> its SQL, from the client's Parse messages."""
         self.lose: AdmitContext | None = None
         self.expect_raw_reply = False
+        self.first_message = trio.Event()
+        """Set once the client's first message is classified: until then the server-side
+        pump cannot know whether a one-byte SSL/GSS answer comes first."""
         self.scope = trio.CancelScope()
 
     async def run(self) -> None:
@@ -195,6 +214,8 @@ class _Connection:
                 (code,) = struct.unpack_from("!i", message, 4)
                 if code in (SSL_REQUEST, GSSENC_REQUEST):
                     self.expect_raw_reply = True
+                self.first_message.set()
+                await self.proxy.passage()
                 await self.upstream.send_all(message)
                 if code == CANCEL_REQUEST:
                     return
@@ -212,19 +233,23 @@ class _Connection:
                 if kind == b"P":
                     name, pos = _cstring(payload, 0)
                     sql, _ = _cstring(payload, pos)
+                    self.statements[name] = sql
                     if ADMIT_MARKER in sql:
                         self.admit_statements.add(name)
                     else:
                         self.admit_statements.discard(name)
                 elif kind == b"B":
                     statement, formats, params = _parse_bind(payload)
+                    await self.proxy.on_statement(self.statements.get(statement, b""))
                     if statement in self.admit_statements:
                         ctx = await self._admit(formats, params)
                         if ctx.abort:
                             return
+                        await self.proxy.passage()
                         await self.upstream.send_all(message)
                         ctx.forwarded.set()
                         continue
+                await self.proxy.passage()
                 await self.upstream.send_all(message)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
@@ -247,11 +272,13 @@ class _Connection:
         dropped = 0
         error = False
         try:
+            await self.first_message.wait()
             if self.expect_raw_reply:
                 # The one-byte answer to SSLRequest/GSSENCRequest ('N': go on in plain text).
                 if not await self._read_exactly(self.upstream, buf, 1):
                     return
                 answer, buf = bytes(buf[:1]), buf[1:]
+                await self.proxy.passage()
                 await self.client.send_all(answer)
                 if answer != b"N":
                     await self._pass_through(buf)
@@ -265,6 +292,7 @@ class _Connection:
                     return
                 message, buf = bytes(buf[: 1 + length]), buf[1 + length :]
                 if self.lose is None:
+                    await self.proxy.passage()
                     await self.client.send_all(message)
                     continue
                 dropped += len(message)
@@ -281,8 +309,10 @@ class _Connection:
 
     async def _pass_through(self, buf: bytearray) -> None:
         if buf:
+            await self.proxy.passage()
             await self.client.send_all(bytes(buf))
         while chunk := await self.upstream.receive_some(65536):
+            await self.proxy.passage()
             await self.client.send_all(chunk)
 
     async def _reset_client(self, ctx: AdmitContext, dropped: int, error: bool) -> None:
@@ -304,17 +334,48 @@ class _Connection:
 class PgProxy:
     """Listens on 127.0.0.1:0 and forwards to ``upstream`` (a server's Unix socket path)."""
 
-    def __init__(self, upstream: str | Path, *, on_admit: AdmitHook | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str | Path,
+        *,
+        on_admit: AdmitHook | None = None,
+        on_statement: StatementHook | None = None,
+    ) -> None:
         self.upstream = str(upstream)
         self.on_admit: AdmitHook = on_admit or _no_hook
+        self.on_statement: StatementHook = on_statement or _no_statement_hook
         self.port = 0
         self.connections = 0
         self.admits = 0
         """Admit Binds seen (held or not)."""
         self.lost: list[LostReply] = []
+        self._healed: trio.Event | None = None
 
-    def dsn(self, database: str, user: str = "qlsched_runtime") -> str:
-        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}?sslmode=disable"
+    def blackhole(self) -> None:
+        """Stop forwarding both ways, closing nothing (see the module docstring)."""
+        if self._healed is None:
+            self._healed = trio.Event()
+
+    def heal(self) -> None:
+        """Forward again, held bytes first."""
+        healed, self._healed = self._healed, None
+        if healed is not None:
+            healed.set()
+
+    @property
+    def blackholed(self) -> bool:
+        return self._healed is not None
+
+    async def passage(self) -> None:
+        """Return at once, or when the blackhole heals (never, if it does not)."""
+        while self._healed is not None:
+            await self._healed.wait()
+
+    def dsn(self, database: str, user: str = "qlsched_runtime", *, ssl: bool = False) -> str:
+        """A DSN through the proxy; ``ssl=True`` leaves asyncpg's default ``sslmode=prefer``
+        (an SSLRequest first, answered "N": the path of a real server over TCP)."""
+        query = "" if ssl else "?sslmode=disable"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}{query}"
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -327,6 +388,7 @@ class PgProxy:
         self.connections += 1
         number = self.connections
         async with client:
+            await self.passage()
             try:
                 upstream = await trio.open_unix_socket(self.upstream)
             except OSError:
