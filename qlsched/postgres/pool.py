@@ -108,6 +108,13 @@ class Database:
                 except asyncpg.PostgresError:
                     self.answering = True
                     raise
+                except Exception:
+                    if not scope.cancel_called:
+                        raise
+                    # Cut by the budget, but asyncpg turned the cancellation into its own
+                    # error on the way out (a transaction block's rollback on a dead line).
+                    self.answering = False
+                    raise CallTimeout(f"no reply within {self.call_timeout:g} s") from None
                 self.answering = True
                 return result
         finally:
@@ -138,11 +145,20 @@ class Database:
             raise
         except BaseException:
             # Cut mid-flight: the server may be inside a transaction. Discard, never reuse.
-            conn.terminate()
-            await self._pool.release(conn)
+            await self._discard(conn)
             raise
         await self._pool.release(conn)
         return result
+
+    async def _discard(self, conn: Any) -> None:
+        """Terminate and hand back a connection cut mid-flight. asyncpg may have done both
+        already (a cut inside a transaction block, a failed cancel request): then its
+        "released back to the pool" error is expected, counted, and the cut goes on."""
+        try:
+            conn.terminate()
+            await self._pool.release(conn)
+        except asyncpg.InterfaceError as exc:
+            bridge_errors[type(exc).__name__] += 1
 
     def statistics(self) -> dict[str, int]:
         return {
