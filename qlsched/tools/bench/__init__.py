@@ -10,13 +10,15 @@ statements reach without batching, on the same server in the same run:
 * claim latency of the claim statement at 1k, 100k and 1M schedule rows in four states,
   with its plan; a replica's RSS at the smallest and the largest size;
 * the ceiling: pgbench running the replicas' own claim and admit statements per
-  occurrence (claim 1, admit 1), and the ratio of the drain to it.
+  occurrence (claim 1, admit 1), and the ratio of the drain to it;
+* costs that must not grow: a decision a year late, readiness on a fresh connection,
+  startup recovery over a large history of terminal Attempts.
 
 Modules: ``runner`` (the order of the phases), ``session`` (options and the shared state of
-one run), ``drain``, ``ceiling``, ``steady``, ``scale`` (one phase each), ``replicas`` (the
-``qlsched run`` processes), ``machine`` (where it ran), ``report`` (results, targets, the
-readable text), ``command`` (the ``qlsched bench`` command). The SQL lives in
-``qlsched/tools/sql/bench.sql`` and ``qlsched/tools/bench_data.py``, the pgbench script in
+one run), ``drain``, ``ceiling``, ``steady``, ``scale``, ``costs`` (one phase each),
+``replicas`` (the ``qlsched run`` processes), ``machine`` (where it ran), ``report``
+(results, targets, the readable text), ``command`` (the ``qlsched bench`` command). The SQL lives in
+``qlsched/tools/sql/bench*.sql`` and ``qlsched/tools/bench_data.py``, the pgbench script in
 ``qlsched/tools/pgbench/``.
 Speed goals are shown by this benchmark, never asserted by a timed test.
 """

@@ -136,6 +136,57 @@ class CeilingResult(msgspec.Struct, frozen=True, kw_only=True):
     """Every pgbench run; the best one is the ceiling."""
 
 
+class DecisionCost(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision, microseconds (this process's clock, one call each)."""
+
+    cron: str
+    timezone: str
+    late_ms: int
+    calls: int
+    p50_us: float
+    p99_us: float
+    max_us: float
+    coalesced: int
+    """The passed-over count the decision reported (the same in every call)."""
+    expected_coalesced: int
+    """Seconds in ``(cursor, now]``: every one is an occurrence of a wildcard-hour trigger."""
+    exact: bool
+    round_size: int
+    rounds: int
+    round_worst_ms: float
+    """The slowest round of ``round_size`` consecutive decisions, summed."""
+
+
+class ReadinessCost(msgspec.Struct, frozen=True, kw_only=True):
+    """``check_readiness`` on a fresh runtime connection, ms (connecting not included)."""
+
+    checks: int
+    p50_ms: float
+    max_ms: float
+    connect_p50_ms: float
+    ready: bool
+
+
+class RecoveryCost(msgspec.Struct, frozen=True, kw_only=True):
+    """``recover`` over a history of terminal Attempts, ms (one call each)."""
+
+    terminal_attempts: int
+    live_attempts: int
+    load_s: float
+    calls: int
+    first_ms: float
+    """The first call: reads the candidates and marks them."""
+    p50_ms: float
+    max_ms: float
+    marked: int
+
+
+class CostResult(msgspec.Struct, frozen=True, kw_only=True):
+    decision: DecisionCost
+    readiness: ReadinessCost
+    recovery: RecoveryCost
+
+
 class Target(msgspec.Struct, frozen=True, kw_only=True):
     goal: str
     measured: str
@@ -181,6 +232,12 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     rss: list[RssResult]
     ceiling: CeilingResult
     targets: dict[str, Target]
+    decision_cost: DecisionCost | None = None
+    """A decision for an every-second trigger a year late (costs phase)."""
+    recovery_cost: RecoveryCost | None = None
+    """Startup recovery over a history of terminal Attempts (costs phase)."""
+    readiness_cost: ReadinessCost | None = None
+    """Readiness on a fresh connection (costs phase)."""
     exactly_once: bool
     """No duplicate, lost or malformed Run in any replica phase."""
     seconds: float
@@ -212,8 +269,11 @@ def targets(
     claim_limit: int,
     rss: list[RssResult],
     ceiling: CeilingResult,
+    costs: CostResult | None = None,
 ) -> dict[str, Target]:
     out: dict[str, Target] = {}
+    if costs is not None:
+        out.update(cost_targets(costs))
     out["drain_vs_ceiling"] = Target(
         goal="burst drain >= 2x the same-run pgbench per-occurrence pair",
         measured=_maybe(ceiling.ratio, "{:.2f}x"),
@@ -273,6 +333,60 @@ def targets(
             met=abs(change) <= 0.10,
         )
     return out
+
+
+DECISION_P99_MS = 1.0
+ROUND_HOLD_MS = 50.0
+RECOVERY_MS = 100.0
+READINESS_MS = 50.0
+COST_KEYS = frozenset({"decision_year_late", "decision_round", "recovery", "readiness"})
+
+
+def cost_targets(costs: CostResult) -> dict[str, Target]:
+    """The costs that must not grow, one target each; the worst figure is judged."""
+    d, rec, ready = costs.decision, costs.recovery, costs.readiness
+    late = f"{d.late_ms // 86_400_000} days late"
+    return {
+        "decision_year_late": Target(
+            goal=(
+                f"a decision ({d.cron!r} {d.timezone}, fire_once, {late}) p99 <= "
+                f"{DECISION_P99_MS:g} ms, passed-over count exact"
+            ),
+            measured=(
+                f"p50 {d.p50_us / 1000:.3f} ms, p99 {d.p99_us / 1000:.3f} ms over {d.calls:,} "
+                f"calls; passed over {d.coalesced:,} of {d.expected_coalesced:,} "
+                + ("(exact)" if d.exact else "(WRONG)")
+            ),
+            met=d.p99_us <= DECISION_P99_MS * 1000 and d.exact,
+        ),
+        "decision_round": Target(
+            goal=(
+                f"a round of {d.round_size} such decisions holds the event loop "
+                f"<= {ROUND_HOLD_MS:g} ms"
+            ),
+            measured=f"worst of {d.rounds} rounds {d.round_worst_ms:.1f} ms",
+            met=d.round_worst_ms <= ROUND_HOLD_MS,
+        ),
+        "recovery": Target(
+            goal=(
+                f"startup recovery with {rec.terminal_attempts:,} terminal attempts "
+                f"<= {RECOVERY_MS:g} ms"
+            ),
+            measured=(
+                f"first {rec.first_ms:.1f} ms (marked {rec.marked}), p50 {rec.p50_ms:.1f} ms, "
+                f"worst {rec.max_ms:.1f} ms of {rec.calls}"
+            ),
+            met=rec.max_ms <= RECOVERY_MS and rec.marked == rec.live_attempts // 2,
+        ),
+        "readiness": Target(
+            goal=f"readiness at start (fresh connection) <= {READINESS_MS:g} ms",
+            measured=(
+                f"p50 {ready.p50_ms:.1f} ms, worst {ready.max_ms:.1f} ms of {ready.checks}"
+                + ("" if ready.ready else " (NOT READY)")
+            ),
+            met=ready.max_ms <= READINESS_MS and ready.ready,
+        ),
+    }
 
 
 def _maybe(value: float | None, fmt: str) -> str:
@@ -383,15 +497,37 @@ def render(report: BenchReport) -> str:
     out += [
         f"  ceiling (the best) {_rate(g.pair_occurrences_per_s)}; burst drain / ceiling = "
         f"{_maybe(g.ratio, '{:.2f}x')}",
+    ]
+    out += _cost_lines(report)
+    out += [
         "",
         "targets",
     ]
-    for t in report.targets.values():
+    for key, t in report.targets.items():
+        if key in COST_KEYS:
+            continue  # each has its line under "cost that must not grow"
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t.met]
         out.append(f"  [{verdict:>6}] {t.goal}: {t.measured}")
     verdict = "held" if report.exactly_once else "VIOLATED"
     out += ["", f"exactly once: {verdict}; wall time {report.seconds:.0f} s"]
     return "\n".join(out)
+
+
+def _cost_lines(report: BenchReport) -> list[str]:
+    """Cost that must not grow: one line per figure, with its verdict."""
+    d, rec, ready = report.decision_cost, report.recovery_cost, report.readiness_cost
+    if d is None or rec is None or ready is None:
+        return []
+    out = ["", "cost that must not grow"]
+    judged = cost_targets(CostResult(decision=d, readiness=ready, recovery=rec))
+    for t in judged.values():
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t.met]
+        out.append(f"  [{verdict:>6}] {t.goal}: {t.measured}")
+    out.append(
+        f"  (history of {rec.terminal_attempts:,} terminal attempts written in {rec.load_s:.0f} "
+        f"s; readiness connect p50 {ready.connect_p50_ms:.1f} ms, not counted)"
+    )
+    return out
 
 
 def _load(load: Load | None) -> str:
