@@ -63,6 +63,8 @@ class BenchOptions(msgspec.Struct, frozen=True, kw_only=True):
     recovery_history: int = 10_000_000
     """Terminal Attempts in the history recovery is timed over."""
     recovery_calls: int = 10
+    publish_triggers: int = 100_000
+    """Triggers in the file the publish phase publishes twice."""
 
 
 BENCH_REPLICA = ReplicaSettings(
@@ -93,6 +95,7 @@ def options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> B
             readiness_checks=3,
             recovery_history=100_000,
             recovery_calls=3,
+            publish_triggers=2_000,
         )
     return BenchOptions(
         triggers=triggers,
