@@ -55,8 +55,9 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     """The quick bench exits 0 with one JSON object on stdout holding every contract key
     (machine, postgres_version, drain, drain_same_tick, steady, claim_latency_us, rss_mb,
     ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
-    having marked exactly the live candidates, readiness_cost ready), 0 duplicates and 0 lost in
-    each drain and in steady."""
+    having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
+    replicas' CPU per occurrence, the publish phase), 0 duplicates and 0 lost in each drain
+    and in steady."""
     proc = subprocess.run(
         _command(),
         cwd=REPO,
@@ -101,6 +102,14 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     ceiling = report["ceiling"]
     assert ceiling["pair_occurrences_per_s"] > 0
     assert "ratio" in ceiling
+    batch = ceiling["batch"]
+    assert batch["occurrences_per_s"] > 0
+    assert batch["admitted"] > 0
+    assert batch["k"] == 256
+    assert "drain_vs_batch_ceiling" in report["targets"]
+    assert report["drain"]["replica_cpu_us_per_occurrence"] > 0
+    publish = report["publish"]
+    assert publish["added"] == publish["unchanged"] == publish["triggers"] > 0
 
     decision = report["decision_cost"]
     assert decision["exact"] is True

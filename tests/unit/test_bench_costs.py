@@ -82,3 +82,22 @@ def test_each_cost_target_is_missed_by_its_own_figure() -> None:
         for variant in variants:
             judged = cost_targets(variant)
             assert {k for k, t in judged.items() if not t.met} == {missed}, (missed, variant)
+
+
+def test_publish_is_judged_at_the_goals_size_only() -> None:
+    """100,000 triggers in <= 10 s and again unchanged in <= 2 s meet the publish targets,
+    slower misses them, and a smaller (quick) file is shown but not judged."""
+    from qlsched.tools.bench.report import PublishCost, publish_targets
+
+    def cost(triggers: int, added_s: float, unchanged_s: float) -> PublishCost:
+        return PublishCost(
+            triggers=triggers, tasks=100, added_s=added_s, unchanged_s=unchanged_s,
+            added=triggers, unchanged=triggers,
+        )  # fmt: skip
+
+    met = publish_targets(cost(100_000, 9.5, 1.9))
+    assert (met["publish"].met, met["publish_unchanged"].met) == (True, True)
+    slow = publish_targets(cost(100_000, 10.5, 2.1))
+    assert (slow["publish"].met, slow["publish_unchanged"].met) == (False, False)
+    quick = publish_targets(cost(2_000, 5.0, 5.0))
+    assert (quick["publish"].met, quick["publish_unchanged"].met) == (None, None)

@@ -96,3 +96,29 @@ def test_one_tick_drain_is_judged_against_the_ceiling_on_its_own() -> None:
     )
     unknown = verdicts(retries=0, claims={"x": latency(1, 1)}, tick_rate=None)
     assert unknown["same_tick_vs_ceiling"].met is None
+
+
+def test_the_drain_is_judged_against_the_batch_ceiling_at_four_fifths() -> None:
+    """With a batch ceiling, the burst drain meets its target at >= 0.8 of it and misses
+    below; the per-occurrence ceiling keeps its own verdict."""
+    from qlsched.tools.bench.report import BatchCeiling
+
+    def with_batch(ratio_to_batch: float) -> dict[str, Target]:
+        batch = BatchCeiling(
+            occurrences_per_s=5000.0 / ratio_to_batch, rounds_per_s=20.0, k=256, clients=2,
+            admitted=50_000, ratio=ratio_to_batch, failed=0, retries=0, ssi_retry_ratio=0.0,
+        )  # fmt: skip
+        return targets(
+            drain=drain(0, 10), same_tick=drain(0, 10), steady=steady(), claims={},
+            claim_limit=16, rss=[],
+            ceiling=CeilingResult(
+                pair_occurrences_per_s=1000.0, ratio=5.0, clients=2, threads=2, seconds=10,
+                transactions=10_000, failed=0, retried=0, retries=0, ssi_retry_ratio=0.0,
+                runs=[], batch=batch,
+            ),
+        )  # fmt: skip
+
+    assert "drain_vs_batch_ceiling" not in verdicts(retries=0, claims={"none_due": latency(1, 1)})
+    assert with_batch(0.8)["drain_vs_batch_ceiling"].met is True
+    assert with_batch(0.79)["drain_vs_batch_ceiling"].met is False
+    assert with_batch(0.79)["drain_vs_ceiling"].met is True

@@ -9,8 +9,11 @@ statements reach without batching, on the same server in the same run:
 * steady: N triggers spread over the minute, schedule lag p50/p95/p99 (database time);
 * claim latency of the claim statement at 1k, 100k and 1M schedule rows in four states,
   with its plan; a replica's RSS at the smallest and the largest size;
-* the ceiling: pgbench running the replicas' own claim and admit statements per
-  occurrence (claim 1, admit 1), and the ratio of the drain to it;
+* the ceilings: pgbench running the replicas' own claim and admit statements per
+  occurrence (claim 1, admit 1), and as the replicas' rounds send them (claim k, one batch
+  admit of k: the limit to approach), with the drain's ratio to each and the replicas' CPU
+  per admitted occurrence;
+* publish: a 100,000-trigger file, then the same file again unchanged;
 * costs that must not grow: a decision a year late, readiness on a fresh connection,
   startup recovery over a large history of terminal Attempts.
 

@@ -51,6 +51,9 @@ class DrainResult(msgspec.Struct, frozen=True, kw_only=True):
     """From the shared tick (same-tick drain only: the burst's occurrence is months old)."""
     diagnostics: dict[str, int]
     stop_problems: list[str]
+    replica_cpu_us_per_occurrence: float | None = None
+    """The replicas' user + system CPU (``/proc/<pid>/stat``) from just before the rows
+    were due to the last admit, idle rounds included, per admitted occurrence."""
 
 
 class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +120,22 @@ class PgbenchRun(msgspec.Struct, frozen=True, kw_only=True):
     ssi_retry_ratio: float | None
 
 
+class BatchCeiling(msgspec.Struct, frozen=True, kw_only=True):
+    """The replicas' round under pgbench: claim up to k, one batch admit of those rows."""
+
+    occurrences_per_s: float
+    """Runs admitted (counted in the database) per second of the run."""
+    rounds_per_s: float
+    k: int
+    clients: int
+    admitted: int
+    ratio: float | None
+    """drain.occurrences_per_s / occurrences_per_s (target >= 0.8)."""
+    failed: int
+    retries: int
+    ssi_retry_ratio: float | None
+
+
 class CeilingResult(msgspec.Struct, frozen=True, kw_only=True):
     """The per-occurrence pair (claim 1, admit 1) under pgbench, same server, same run."""
 
@@ -134,6 +153,8 @@ class CeilingResult(msgspec.Struct, frozen=True, kw_only=True):
     """Retries per admit statement sent."""
     runs: list[PgbenchRun]
     """Every pgbench run; the best one is the ceiling."""
+    batch: BatchCeiling | None = None
+    """The batch ceiling: the limit the drain should approach."""
 
 
 class DecisionCost(msgspec.Struct, frozen=True, kw_only=True):
@@ -297,6 +318,15 @@ def targets(
         measured=_maybe(ceiling.ratio, "{:.2f}x"),
         met=None if ceiling.ratio is None else ceiling.ratio >= 2.0,
     )
+    if ceiling.batch is not None:
+        b = ceiling.batch
+        out["drain_vs_batch_ceiling"] = Target(
+            goal=f"burst drain >= 0.8x the same-run pgbench batch ceiling (claim {b.k}, admit "
+            f"{b.k}, {b.clients} clients)",
+            measured=_maybe(b.ratio, "{:.2f}x")
+            + f" ({_rate(drain.occurrences_per_s)} vs {_rate(b.occurrences_per_s)})",
+            met=None if b.ratio is None else b.ratio >= 0.8,
+        )
     tick_ratio = ratio(same_tick.occurrences_per_s, ceiling.pair_occurrences_per_s)
     out["same_tick_vs_ceiling"] = Target(
         goal="one-cron-tick drain >= 2x the same-run pgbench per-occurrence pair",
@@ -413,19 +443,24 @@ UNCHANGED_RATE = 50_000.0
 """Triggers per second an unchanged publish must reach: 100,000 in 2 s."""
 
 
+PUBLISH_TARGET_TRIGGERS = 100_000
+
+
 def publish_targets(p: PublishCost) -> dict[str, Target]:
-    """Judged as rates, so a smaller (``--quick``) file is held to the same pace."""
+    """Judged at the goal's size only: a smaller (``--quick``) file is shown, not judged
+    (a fixed cost per publish would dominate its rate)."""
     first, again = p.triggers / p.added_s, p.triggers / p.unchanged_s
+    judged = p.triggers >= PUBLISH_TARGET_TRIGGERS
     return {
         "publish": Target(
             goal="a 100,000-trigger file publishes in <= 10 s (>= 10,000 triggers/s)",
             measured=f"{p.triggers:,} triggers in {p.added_s:.2f} s ({first:,.0f}/s)",
-            met=first >= PUBLISH_RATE and p.added == p.triggers,
+            met=(first >= PUBLISH_RATE and p.added == p.triggers) if judged else None,
         ),
         "publish_unchanged": Target(
             goal="the same file again, unchanged, in <= 2 s (>= 50,000 triggers/s)",
             measured=f"{p.triggers:,} triggers in {p.unchanged_s:.2f} s ({again:,.0f}/s)",
-            met=again >= UNCHANGED_RATE and p.unchanged == p.triggers,
+            met=(again >= UNCHANGED_RATE and p.unchanged == p.triggers) if judged else None,
         ),
     }
 
@@ -452,6 +487,8 @@ def _drain_lines(title: str, d: DrainResult) -> list[str]:
         f"  duplicates {d.duplicates}, lost {d.lost}, malformed {d.malformed}",
         f"  SSI retries {d.ssi_retries} of {d.admit_statements} admit statements "
         f"({_maybe(d.ssi_retry_ratio, '{:.2%}')})",
+        f"  replica CPU per admitted occurrence "
+        f"{_maybe(d.replica_cpu_us_per_occurrence, '{:.0f} us')} (user + system, all replicas)",
     ]
     if d.lag_ms is not None:
         lines.append(f"  schedule lag from the tick {_lag(d.lag_ms)}")
@@ -539,6 +576,14 @@ def render(report: BenchReport) -> str:
         f"  ceiling (the best) {_rate(g.pair_occurrences_per_s)}; burst drain / ceiling = "
         f"{_maybe(g.ratio, '{:.2f}x')}",
     ]
+    if g.batch is not None:
+        b = g.batch
+        out.append(
+            f"  batch ceiling (claim {b.k} + one batch admit, {b.clients} clients): "
+            f"{_rate(b.occurrences_per_s)} ({b.rounds_per_s:,.1f} rounds/s, {b.admitted:,} "
+            f"admitted, {b.failed} failed, {b.retries} retries); burst drain / batch ceiling = "
+            f"{_maybe(b.ratio, '{:.2f}x')}"
+        )
     out += _publish_lines(report)
     out += _cost_lines(report)
     out += [
