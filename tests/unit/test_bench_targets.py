@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from qlsched.tools.bench.report import (
     CeilingResult,
     ClaimLatency,
@@ -122,3 +124,26 @@ def test_the_drain_is_judged_against_the_batch_ceiling_at_four_fifths() -> None:
     assert with_batch(0.8)["drain_vs_batch_ceiling"].met is True
     assert with_batch(0.79)["drain_vs_batch_ceiling"].met is False
     assert with_batch(0.79)["drain_vs_ceiling"].met is True
+
+
+def test_the_claim_is_judged_against_the_machine() -> None:
+    """At the largest size the claim's p99 may exceed the same loop's SELECT 1 p99 by at most
+    0.5 ms, its server time is at most 30 us per claimed row, and its p50 at most 1.2x the
+    p50 at the smallest size; each verdict follows its own figure."""
+    from qlsched.tools.bench.report import claim_targets
+
+    small = {"one_pct_due": latency(600, 600, 300)}
+    good = claim_targets({1_000: small, 1_000_000: {"one_pct_due": latency(700, 700, 300)}}, 16)
+    assert {k: t.met for k, t in good.items()} == {
+        "claim_p99_over_round_trip": True,
+        "claim_server_us_per_row": True,
+        "claim_p50_growth": True,
+    }
+    slow = latency(900, 900, 300)
+    bad = claim_targets({1_000: small, 1_000_000: {"one_pct_due": slow}}, 16)
+    assert bad["claim_p99_over_round_trip"].met is False
+    assert bad["claim_p50_growth"].met is False
+    assert bad["claim_server_us_per_row"].met is True
+    heavy = msgspec.structs.replace(latency(700, 700, 300), execution_ms=0.5)
+    costly = claim_targets({1_000: small, 1_000_000: {"one_pct_due": heavy}}, 16)
+    assert costly["claim_server_us_per_row"].met is False

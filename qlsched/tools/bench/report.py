@@ -372,6 +372,8 @@ def targets(
             measured=f"worst p99 {worst_k1 / 1000:.3f} ms{beside}",
             met=worst_k1 <= 1000,
         )
+    if largest is not None:
+        out.update(claim_targets(claims, claim_limit))
     if len(rss) >= 2:
         low, high = min(rss, key=lambda r: r.triggers), max(rss, key=lambda r: r.triggers)
         change = high.rss_mb / low.rss_mb - 1
@@ -441,6 +443,51 @@ PUBLISH_RATE = 10_000.0
 """Triggers per second a first publish must reach: 100,000 in 10 s."""
 UNCHANGED_RATE = 50_000.0
 """Triggers per second an unchanged publish must reach: 100,000 in 2 s."""
+
+
+CLAIM_OVER_ROUND_TRIP_US = 500.0
+CLAIM_SERVER_US_PER_ROW = 30.0
+CLAIM_P50_GROWTH = 1.2
+CLAIMING_STATES = ("one_pct_due", "most_due_claimed", "ten_pct_inactive")
+"""The states in which the claim takes its k rows (none are due in ``none_due``)."""
+
+
+def claim_targets(claims: dict[int, dict[str, ClaimLatency]], k: int) -> dict[str, Target]:
+    """The claim judged against the machine (issue #20): its p99 over the same loop's bare
+    round trip, its server time per claimed row (EXPLAIN ANALYZE execution / k, with
+    EXPLAIN's own overhead), and how its p50 grows from the smallest size to the largest."""
+    smallest, largest = min(claims), max(claims)
+    at = claims[largest]
+    excess = max(c.p99 - c.round_trip_p99 for c in at.values())
+    per_row = [at[s].execution_ms * 1000 / k for s in CLAIMING_STATES if s in at]
+    growth = [
+        c.p50 / claims[smallest][s].p50
+        for s, c in at.items()
+        if s in claims[smallest] and claims[smallest][s].p50 > 0
+    ]
+    out = {
+        "claim_p99_over_round_trip": Target(
+            goal=f"claim p99 <= the same loop's SELECT 1 p99 + 0.5 ms at {largest:,} rows in "
+            f"every state, {k} rows per claim",
+            measured=f"worst excess {excess / 1000:+.3f} ms",
+            met=excess <= CLAIM_OVER_ROUND_TRIP_US,
+        )
+    }
+    if per_row:
+        out["claim_server_us_per_row"] = Target(
+            goal=f"claim server time <= {CLAIM_SERVER_US_PER_ROW:g} us per claimed row at "
+            f"{largest:,} rows",
+            measured=f"worst {max(per_row):.1f} us per row (EXPLAIN ANALYZE execution / {k})",
+            met=max(per_row) <= CLAIM_SERVER_US_PER_ROW,
+        )
+    if growth and smallest != largest:
+        out["claim_p50_growth"] = Target(
+            goal=f"claim p50 at {largest:,} rows <= {CLAIM_P50_GROWTH:g}x its p50 at "
+            f"{smallest:,} rows, every state",
+            measured=f"worst {max(growth):.2f}x",
+            met=max(growth) <= CLAIM_P50_GROWTH,
+        )
+    return out
 
 
 PUBLISH_TARGET_TRIGGERS = 100_000
