@@ -239,7 +239,6 @@ async def _pgbench(
         retries=retries,
         ssi_retry_ratio=retries / statements if statements else None,
     )
-    session.note(
-        f"ceiling: {run.pairs_per_s:,.0f} pairs/s at {clients} clients ({retries} retries)"
-    )
+    unit = "pairs/s" if script.stem == SCRIPT else "rounds/s"
+    session.note(f"ceiling: {run.pairs_per_s:,.0f} {unit} at {clients} clients ({retries} retries)")
     return run

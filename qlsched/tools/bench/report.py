@@ -454,12 +454,15 @@ CLAIMING_STATES = ("one_pct_due", "most_due_claimed", "ten_pct_inactive")
 
 def claim_targets(claims: dict[int, dict[str, ClaimLatency]], k: int) -> dict[str, Target]:
     """The claim judged against the machine (issue #20): its p99 over the same loop's bare
-    round trip, its server time per claimed row (EXPLAIN ANALYZE execution / k, with
-    EXPLAIN's own overhead), and how its p50 grows from the smallest size to the largest."""
+    round trip, its server time per claimed row (EXPLAIN ANALYZE execution beyond the
+    none-due claim's, / k, EXPLAIN's own overhead included), and how its p50 grows from the
+    smallest size to the largest."""
     smallest, largest = min(claims), max(claims)
     at = claims[largest]
     excess = max(c.p99 - c.round_trip_p99 for c in at.values())
-    per_row = [at[s].execution_ms * 1000 / k for s in CLAIMING_STATES if s in at]
+    # The statement's fixed part is what it costs when it claims nothing (``none_due``).
+    fixed = at["none_due"].execution_ms if "none_due" in at else 0.0
+    per_row = [(at[s].execution_ms - fixed) * 1000 / k for s in CLAIMING_STATES if s in at]
     growth = [
         c.p50 / claims[smallest][s].p50
         for s, c in at.items()
@@ -477,7 +480,8 @@ def claim_targets(claims: dict[int, dict[str, ClaimLatency]], k: int) -> dict[st
         out["claim_server_us_per_row"] = Target(
             goal=f"claim server time <= {CLAIM_SERVER_US_PER_ROW:g} us per claimed row at "
             f"{largest:,} rows",
-            measured=f"worst {max(per_row):.1f} us per row (EXPLAIN ANALYZE execution / {k})",
+            measured=f"worst {max(per_row):.1f} us per row (EXPLAIN ANALYZE execution over "
+            f"the none-due one's, / {k})",
             met=max(per_row) <= CLAIM_SERVER_US_PER_ROW,
         )
     if growth and smallest != largest:
