@@ -4,12 +4,20 @@ The file is validated before anything connects; an empty file is bad input (it w
 publish nothing and say nothing). The DSN's role is checked once before any write, so a
 runtime or observer DSN is named as such instead of failing on a table's permissions.
 Without a DSN it publishes to the local database (``qlsched local``) as its admin role.
+A publish that runs longer than a second says what it is doing on stderr, once a second,
+when stderr is a terminal (a pipe or a log gets the result lines only).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
 
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
@@ -18,6 +26,46 @@ from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish
 from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import PublishResult, publish
+
+PROGRESS_AFTER_S = 1.0
+
+
+@asynccontextmanager
+async def _progress() -> AsyncIterator[list[str]]:
+    """Yield a list to append steps to; while the body runs past a second on a terminal,
+    the latest step and the time so far are rewritten on stderr each second."""
+    steps = ["connecting"]
+    if not sys.stderr.isatty():
+        yield steps
+        return
+    started = time.monotonic()
+    shown = False
+
+    async def tick() -> None:
+        nonlocal shown
+        await trio.sleep(PROGRESS_AFTER_S)
+        while True:
+            elapsed = time.monotonic() - started
+            sys.stderr.write(f"\rqlsched publish: {steps[-1]} ({elapsed:.0f} s)\x1b[K")
+            sys.stderr.flush()
+            shown = True
+            await trio.sleep(1.0)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tick)
+            try:
+                yield steps
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The body's own error, not a group: the caller maps it to one line and an exit code.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    finally:
+        if shown:
+            sys.stderr.write("\n")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -44,11 +92,13 @@ def main(args: argparse.Namespace) -> int:
             "publish", args.data_dir, args.pg_bindir, "qlsched_admin"
         )
 
-        async def fn(conn: Connection) -> PublishResult:
-            require(await read_login(conn, ADMIN), command="publish", role=ADMIN)
-            return await publish(conn, spec, prune=args.prune)
+        async with _progress() as steps:
 
-        result = await connect_once(dsn, fn)
+            async def fn(conn: Connection) -> PublishResult:
+                require(await read_login(conn, ADMIN), command="publish", role=ADMIN)
+                return await publish(conn, spec, prune=args.prune, progress=steps.append)
+
+            result = await connect_once(dsn, fn)
         for kind, items in (
             ("project", result.projects),
             ("task", result.tasks),

@@ -284,7 +284,8 @@ async def explain_claim(conn: Connection, *, owner: str, limit: int, lease_ms: i
 # ---------------------------------------------------------------------------------------------
 # pgbench scripts
 
-_DIRECTIVE = re.compile(r"^-- @([a-z_]+)\s*$")
+_DIRECTIVE = re.compile(r"^-- @([a-z_]+)(?: ending ([a-z_]+))?\s*$")
+_FINAL_SELECT = re.compile(r"^SELECT ", re.M)
 _PARAMETER = re.compile(r"^--\s+\$(\d+)\s*:=\s*(.+?)\s*$")
 _QUOTED_COLON = re.compile(r":(?=[A-Za-z0-9_])")
 _VARIABLE = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
@@ -322,8 +323,19 @@ def render_pgbench(template: str) -> str:
         while i < len(lines) and (parameter := _PARAMETER.match(lines[i])):
             values[int(parameter.group(1))] = parameter.group(2)
             i += 1
-        out.append(_pgbench_statement(directive.group(1), query(directive.group(1)), values))
+        name, ending = directive.group(1), directive.group(2)
+        sql = query(name) if ending is None else with_ending(query(name), tool_query(ending))
+        out.append(_pgbench_statement(name, sql, values))
     return "\n".join(out) + "\n"
+
+
+def with_ending(sql: str, ending: str) -> str:
+    """``sql`` (a ``WITH ...`` statement) with its final top-level SELECT (the last line
+    that starts with ``SELECT``) replaced by ``ending``, which reads the same CTEs."""
+    finals = list(_FINAL_SELECT.finditer(sql))
+    if not finals:
+        raise ValueError("the statement has no top-level SELECT to replace")
+    return sql[: finals[-1].start()] + ending
 
 
 def pgbench_variables(script: str) -> set[str]:

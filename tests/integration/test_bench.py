@@ -54,7 +54,10 @@ def _drain_keys(drain: dict[str, Any]) -> None:
 def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     """The quick bench exits 0 with one JSON object on stdout holding every contract key
     (machine, postgres_version, drain, drain_same_tick, steady, claim_latency_us, rss_mb,
-    ceiling), 0 duplicates and 0 lost in each drain and in steady."""
+    ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
+    having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
+    replicas' CPU per occurrence, the publish phase), 0 duplicates and 0 lost in each drain
+    and in steady."""
     proc = subprocess.run(
         _command(),
         cwd=REPO,
@@ -99,6 +102,27 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     ceiling = report["ceiling"]
     assert ceiling["pair_occurrences_per_s"] > 0
     assert "ratio" in ceiling
+    batch = ceiling["batch"]
+    assert batch["occurrences_per_s"] > 0
+    assert batch["admitted"] > 0
+    assert batch["k"] == 256
+    assert "drain_vs_batch_ceiling" in report["targets"]
+    assert report["drain"]["replica_cpu_us_per_occurrence"] > 0
+    publish = report["publish"]
+    assert publish["added"] == publish["unchanged"] == publish["triggers"] > 0
+
+    decision = report["decision_cost"]
+    assert decision["exact"] is True
+    assert decision["coalesced"] == decision["expected_coalesced"] == 365 * 86_400
+    assert 0 < decision["p50_us"] <= decision["p99_us"]
+    assert decision["round_worst_ms"] > 0
+    recovery = report["recovery_cost"]
+    assert recovery["terminal_attempts"] > 0
+    assert recovery["marked"] == recovery["live_attempts"] // 2, "the live candidates"
+    assert recovery["first_ms"] > 0
+    assert report["readiness_cost"]["ready"] is True
+    for key in ("decision_year_late", "decision_round", "recovery", "readiness"):
+        assert key in report["targets"], key
 
     assert report["exactly_once"] is True
     assert "qlsched bench" in proc.stderr, "progress lines go to stderr"

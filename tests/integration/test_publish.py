@@ -545,3 +545,29 @@ async def test_a_task_change_repins_every_trigger_of_the_task(env: Env) -> None:
     outcomes = (await run_round(env.store, "r1", 16, LEASE_MS)).outcomes
     assert sorted(o.trigger_id for o in outcomes if isinstance(o, Admitted)) == ["x", "y", "z"]
     assert (await env.publish(second)).triggers == {"p/x": "unchanged"}
+
+
+async def test_a_pruned_trigger_of_a_changed_task_is_disabled_once_and_pinned(env: Env) -> None:
+    """With ``--prune`` and a changed task, a trigger of that task missing from the file is
+    reported ``disabled`` (not ``repinned``), written once: one new revision, disabled,
+    inactive, pinned to the new task revision."""
+    first = PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[TaskEntry(project="p", id="t", command="v1")],
+        triggers=[trigger("p", "x", task="t"), trigger("p", "y", task="t")],
+    )
+    await env.publish(first)
+    second = PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[TaskEntry(project="p", id="t", command="v2")],
+        triggers=[trigger("p", "x", task="t")],
+    )
+
+    result = await env.publish(second, prune=True)
+
+    assert result.triggers == {"p/x": "changed", "p/y": "disabled"}
+    [y] = await env.su("SELECT * FROM qlsched.triggers WHERE trigger_id = 'y'")
+    assert (y["revision"], y["task_revision"], y["enabled"]) == (2, 2, False)
+    schedule = (await env.schedules())["y"]
+    assert (schedule["trigger_revision"], schedule["active"]) == (2, False)
+    assert (await env.publish(second, prune=True)).triggers == {"p/x": "unchanged"}

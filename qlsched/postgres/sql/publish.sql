@@ -2,6 +2,10 @@
 -- Publishers on one database take turns (transaction-scoped advisory lock).
 SELECT pg_catalog.pg_advisory_xact_lock(7262736368656476);
 
+-- name: publish_work_mem
+-- A large file's arrays are sorted and joined in memory, not spilled to disk.
+SET LOCAL work_mem = '64MB';
+
 -- name: db_now_ms
 SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 
@@ -19,84 +23,134 @@ UPDATE qlsched.projects
    SET state = $2, revision = revision + 1, updated_at_ms = GREATEST($3, updated_at_ms)
  WHERE project_id = $1;
 
--- name: task_get
-SELECT revision, content_digest FROM qlsched.tasks
- WHERE project_id = $1 AND task_id = $2 FOR UPDATE;
+-- name: tasks_current
+-- The stored digest of each task of the file (arrays $1 projects, $2 task ids), locked for
+-- the update that may follow; tasks not yet published are absent.
+SELECT k.project_id, k.task_id, k.content_digest
+  FROM qlsched.tasks AS k
+  JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS f(p, t)
+    ON k.project_id = f.p AND k.task_id = f.t
+   FOR UPDATE OF k;
 
--- name: task_insert
--- $1 project, $2 task, $3 digest, $4 command, $5 now ms.
+-- name: tasks_insert
+-- New tasks at revision 1. Arrays $1 projects, $2 tasks, $3 digests, $4 commands; $5 now ms.
 INSERT INTO qlsched.tasks (project_id, task_id, revision, content_digest, command,
                            created_at_ms, updated_at_ms)
-VALUES ($1, $2, 1, $3, $4, $5, $5);
+SELECT f.p, f.t, 1, f.d, f.c, $5::bigint, $5::bigint
+  FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                  pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS f(p, t, d, c);
 
--- name: task_update
--- A changed task is a new revision. $1 project, $2 task, $3 digest, $4 command, $5 now ms.
-UPDATE qlsched.tasks
-   SET revision = revision + 1, content_digest = $3, command = $4,
-       updated_at_ms = GREATEST($5, updated_at_ms)
- WHERE project_id = $1 AND task_id = $2
-RETURNING revision;
+-- name: tasks_update
+-- Changed tasks: a new revision each (same parameters as tasks_insert).
+UPDATE qlsched.tasks AS k
+   SET revision = k.revision + 1, content_digest = f.d, command = f.c,
+       updated_at_ms = GREATEST($5::bigint, k.updated_at_ms)
+  FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                  pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS f(p, t, d, c)
+ WHERE k.project_id = f.p AND k.task_id = f.t;
 
--- name: execution_revision_insert
--- The pinned remote_worker execution revision of a task revision.
--- $1 id, $2 project, $3 task, $4 task revision, $5 payload, $6 digest, $7 now ms.
+-- name: execution_revisions_insert
+-- The pinned remote_worker execution revision of each new task revision (the task's current
+-- one). Arrays $1 ids, $2 projects, $3 tasks, $4 payloads, $5 digests; $6 now ms.
 INSERT INTO qlsched.execution_revisions (execution_revision_id, project_id, task_id,
                                          task_revision, executor_kind, payload, digest,
                                          created_at_ms)
-VALUES ($1, $2, $3, $4, 'remote_worker', $5, $6, $7);
+SELECT f.id, f.p, f.t, k.revision, 'remote_worker', f.payload, f.d, $6::bigint
+  FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[]),
+                  pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[]),
+                  pg_catalog.unnest($5::text[])) AS f(id, p, t, payload, d)
+  JOIN qlsched.tasks AS k ON k.project_id = f.p AND k.task_id = f.t;
 
--- name: task_pin
--- The current revision of a task and its execution revision.
-SELECT k.revision, k.content_digest, e.execution_revision_id
-  FROM qlsched.tasks AS k
+-- name: task_pins
+-- The current revision, digest and execution revision of tasks (arrays $1 projects, $2 ids).
+SELECT k.project_id, k.task_id, k.revision, k.content_digest, e.execution_revision_id
+  FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS f(p, t)
+  JOIN qlsched.tasks AS k ON k.project_id = f.p AND k.task_id = f.t
   JOIN qlsched.execution_revisions AS e
-    ON e.project_id = k.project_id AND e.task_id = k.task_id AND e.task_revision = k.revision
- WHERE k.project_id = $1 AND k.task_id = $2;
+    ON e.project_id = k.project_id AND e.task_id = k.task_id AND e.task_revision = k.revision;
 
--- name: trigger_get
-SELECT revision, content_digest FROM qlsched.triggers
- WHERE project_id = $1 AND trigger_id = $2 FOR UPDATE;
+-- name: triggers_differing
+-- Of the file's triggers (arrays $1 ordinals, $2 projects, $3 ids, $4 digests), those whose
+-- stored digest differs: `stored` false for a trigger not yet published. Unchanged ones
+-- return nothing, so publishing an unchanged file reads back no rows.
+SELECT f.n, t.trigger_id IS NOT NULL AS stored
+  FROM ROWS FROM (pg_catalog.unnest($1::int[]), pg_catalog.unnest($2::text[]),
+                  pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS f(n, p, id, d)
+  LEFT JOIN qlsched.triggers AS t ON t.project_id = f.p AND t.trigger_id = f.id
+ WHERE t.content_digest IS DISTINCT FROM f.d
+ ORDER BY f.n;
 
--- name: trigger_project
--- The project that already has this trigger id, if another does (ids are unique across
--- projects: the idempotency key names the trigger, not its project).
-SELECT project_id FROM qlsched.triggers WHERE trigger_id = $1 AND project_id <> $2;
+-- name: triggers_elsewhere
+-- Which of these new trigger ids (arrays $1 ordinals, $2 projects, $3 ids) another project
+-- already has (ids are unique across projects: the idempotency key names the trigger, not
+-- its project); the first in file order is reported.
+SELECT f.n, t.project_id
+  FROM ROWS FROM (pg_catalog.unnest($1::int[]), pg_catalog.unnest($2::text[]),
+                  pg_catalog.unnest($3::text[])) AS f(n, p, id)
+  JOIN qlsched.triggers AS t ON t.trigger_id = f.id AND t.project_id <> f.p
+ ORDER BY f.n
+ LIMIT 1;
 
--- name: trigger_insert
--- $1 project, $2 trigger, $3 enabled, $4 cron, $5 timezone, $6 misfire policy,
--- $7 grace ms, $8 task, $9 task revision, $10 execution revision, $11 digest, $12 now ms.
-INSERT INTO qlsched.triggers (project_id, trigger_id, revision, kind, enabled, cron, timezone,
-                              misfire_policy, misfire_grace_ms, task_id, task_revision,
-                              execution_revision_id, content_digest, created_at_ms,
-                              updated_at_ms)
-VALUES ($1, $2, 1, 'cron', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12);
-
--- name: trigger_update
--- A changed trigger is a new revision (same parameters as trigger_insert).
-UPDATE qlsched.triggers
-   SET revision = revision + 1, enabled = $3, cron = $4, timezone = $5, misfire_policy = $6,
-       misfire_grace_ms = $7, task_id = $8, task_revision = $9, execution_revision_id = $10,
-       content_digest = $11, updated_at_ms = GREATEST($12, updated_at_ms)
- WHERE project_id = $1 AND trigger_id = $2
-RETURNING revision;
-
--- name: schedule_insert
--- The schedule row of a new trigger head: uninitialised cursor, no claim.
--- $1 project, $2 trigger, $3 revision, $4 active, $5 now ms.
+-- name: triggers_insert
+-- New triggers at revision 1 with their schedule rows (uninitialised cursor, no claim).
+-- Arrays $1 projects, $2 ids, $3 enabled, $4 crons, $5 timezones, $6 misfire policies,
+-- $7 grace ms, $8 tasks, $9 task revisions, $10 execution revisions, $11 digests,
+-- $12 active; $13 now ms.
+WITH f AS (
+    SELECT *
+      FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                      pg_catalog.unnest($3::boolean[]), pg_catalog.unnest($4::text[]),
+                      pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]),
+                      pg_catalog.unnest($7::bigint[]), pg_catalog.unnest($8::text[]),
+                      pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
+                      pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]))
+           AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active)
+), added AS (
+    INSERT INTO qlsched.triggers (project_id, trigger_id, revision, kind, enabled, cron,
+                                  timezone, misfire_policy, misfire_grace_ms, task_id,
+                                  task_revision, execution_revision_id, content_digest,
+                                  created_at_ms, updated_at_ms)
+    SELECT p, id, 1, 'cron', enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d,
+           $13::bigint, $13::bigint
+      FROM f
+)
+-- Every row of f is inserted above or the statement fails, so the schedule rows come from
+-- f itself (no join back); their foreign keys are checked at the statement's end.
 INSERT INTO qlsched.trigger_schedules (project_id, trigger_id, trigger_revision, active,
                                        updated_at_ms)
-VALUES ($1, $2, $3, $4, $5);
+SELECT p, id, 1, active, $13::bigint
+  FROM f;
 
--- name: schedule_reset
--- A new trigger revision: cursor and claim cleared, state and claim versions incremented,
--- so every claim taken under an older revision fails its fence forever.
--- $1 project, $2 trigger, $3 revision, $4 active, $5 now ms.
-UPDATE qlsched.trigger_schedules
-   SET trigger_revision = $3, active = $4, next_fire_at_ms = NULL,
+-- name: triggers_update
+-- Changed triggers: a new revision each, and its schedule row reset: cursor and claim
+-- cleared, state and claim versions incremented, so every claim taken under an older
+-- revision fails its fence forever (same parameters as triggers_insert).
+WITH f AS (
+    SELECT *
+      FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                      pg_catalog.unnest($3::boolean[]), pg_catalog.unnest($4::text[]),
+                      pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]),
+                      pg_catalog.unnest($7::bigint[]), pg_catalog.unnest($8::text[]),
+                      pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
+                      pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]))
+           AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active)
+), changed AS (
+    UPDATE qlsched.triggers AS t
+       SET revision = t.revision + 1, enabled = f.enabled, cron = f.cron, timezone = f.tz,
+           misfire_policy = f.misfire, misfire_grace_ms = f.grace, task_id = f.task,
+           task_revision = f.task_rev, execution_revision_id = f.exec_rev,
+           content_digest = f.d, updated_at_ms = GREATEST($13::bigint, t.updated_at_ms)
+      FROM f
+     WHERE t.project_id = f.p AND t.trigger_id = f.id
+    RETURNING t.project_id, t.trigger_id, t.revision, f.active
+)
+UPDATE qlsched.trigger_schedules AS s
+   SET trigger_revision = c.revision, active = c.active, next_fire_at_ms = NULL,
        claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
-       state_version = state_version + 1, claim_version = claim_version + 1,
-       updated_at_ms = GREATEST($5, updated_at_ms)
- WHERE project_id = $1 AND trigger_id = $2;
+       state_version = s.state_version + 1, claim_version = s.claim_version + 1,
+       updated_at_ms = GREATEST($13::bigint, s.updated_at_ms)
+  FROM changed AS c
+ WHERE s.project_id = c.project_id AND s.trigger_id = c.trigger_id;
 
 -- name: schedule_set_active
 -- Keep the claim filter in step with the project state (archive/unarchive) without a new
@@ -107,19 +161,29 @@ UPDATE qlsched.trigger_schedules AS s
  WHERE s.project_id = $1 AND t.project_id = s.project_id AND t.trigger_id = s.trigger_id
    AND s.active IS DISTINCT FROM ($2 AND t.enabled AND t.revision = s.trigger_revision);
 
--- name: triggers_of_project
--- Every trigger of project $1 with what its digest is computed from (for --prune).
-SELECT t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
-       t.task_id
+-- name: triggers_to_prune
+-- The enabled triggers of projects $1 (array) that the file (arrays $2 projects, $3 ids)
+-- does not list, with what their digest is computed from (for --prune).
+SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
+       t.misfire_grace_ms, t.task_id
   FROM qlsched.triggers AS t
- WHERE t.project_id = $1
- ORDER BY t.trigger_id;
+ WHERE t.project_id = ANY ($1::text[]) AND t.enabled
+   AND NOT EXISTS (SELECT 1
+                     FROM ROWS FROM (pg_catalog.unnest($2::text[]),
+                                     pg_catalog.unnest($3::text[])) AS f(p, id)
+                    WHERE f.p = t.project_id AND f.id = t.trigger_id)
+ ORDER BY t.project_id, t.trigger_id;
 
--- name: triggers_of_task
--- Every trigger pinned to task $2 of project $1, with what its digest is computed from: a
--- changed task re-pins them all, listed in the file or not.
-SELECT t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
-       t.task_id
+-- name: triggers_to_repin
+-- Every trigger pinned to one of tasks (arrays $1 projects, $2 tasks) that the file (arrays
+-- $3 projects, $4 ids) does not list: a changed task re-pins them all, listed or not.
+SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
+       t.misfire_grace_ms, t.task_id
   FROM qlsched.triggers AS t
- WHERE t.project_id = $1 AND t.task_id = $2
- ORDER BY t.trigger_id;
+  JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS k(p, task)
+    ON t.project_id = k.p AND t.task_id = k.task
+ WHERE NOT EXISTS (SELECT 1
+                     FROM ROWS FROM (pg_catalog.unnest($3::text[]),
+                                     pg_catalog.unnest($4::text[])) AS f(p, id)
+                    WHERE f.p = t.project_id AND f.id = t.trigger_id)
+ ORDER BY t.project_id, t.trigger_id;

@@ -9,14 +9,19 @@ statements reach without batching, on the same server in the same run:
 * steady: N triggers spread over the minute, schedule lag p50/p95/p99 (database time);
 * claim latency of the claim statement at 1k, 100k and 1M schedule rows in four states,
   with its plan; a replica's RSS at the smallest and the largest size;
-* the ceiling: pgbench running the replicas' own claim and admit statements per
-  occurrence (claim 1, admit 1), and the ratio of the drain to it.
+* the ceilings: pgbench running the replicas' own claim and admit statements per
+  occurrence (claim 1, admit 1), and as the replicas' rounds send them (claim k, one batch
+  admit of k: the limit to approach), with the drain's ratio to each and the replicas' CPU
+  per admitted occurrence;
+* publish: a 100,000-trigger file, then the same file again unchanged;
+* costs that must not grow: a decision a year late, readiness on a fresh connection,
+  startup recovery over a large history of terminal Attempts.
 
 Modules: ``runner`` (the order of the phases), ``session`` (options and the shared state of
-one run), ``drain``, ``ceiling``, ``steady``, ``scale`` (one phase each), ``replicas`` (the
-``qlsched run`` processes), ``machine`` (where it ran), ``report`` (results, targets, the
-readable text), ``command`` (the ``qlsched bench`` command). The SQL lives in
-``qlsched/tools/sql/bench.sql`` and ``qlsched/tools/bench_data.py``, the pgbench script in
+one run), ``drain``, ``ceiling``, ``steady``, ``scale``, ``costs`` (one phase each),
+``replicas`` (the ``qlsched run`` processes), ``machine`` (where it ran), ``report``
+(results, targets, the readable text), ``command`` (the ``qlsched bench`` command). The SQL lives in
+``qlsched/tools/sql/bench*.sql`` and ``qlsched/tools/bench_data.py``, the pgbench script in
 ``qlsched/tools/pgbench/``.
 Speed goals are shown by this benchmark, never asserted by a timed test.
 """

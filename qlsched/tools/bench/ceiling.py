@@ -10,6 +10,12 @@ one statement in flight at a time) and two per replica; the ceiling is the bette
 is 1 ms after the occurrence), so the supply never runs out. Serialization failures are retried by
 pgbench (``--max-tries``); a retry re-runs the pair, so the row claimed first is left to its
 lease (5 s here, so the supply stays whole). The figure is pgbench's tps: pairs per second.
+
+The batch ceiling is the limit the drain should approach: the same statements as a
+replica's round (``qlsched/tools/pgbench/batch.sql``: claim up to the claim budget k, then
+one batch admit of those rows) at one client per replica, with the same pool settings. Its
+figure is the Runs it admitted per second (counted in the database), and the drain's ratio
+to it is what the Python/Trio layer leaves on the table.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from qlsched.postgres.pool import Connection
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
 from qlsched.tools import bench_data
 from qlsched.tools.bench.drain import LARGEST_GRACE_MS, YEARLY, last_new_year_ms
-from qlsched.tools.bench.report import CeilingResult, PgbenchRun
+from qlsched.tools.bench.report import BatchCeiling, CeilingResult, PgbenchRun
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import RowState
 
 SCRIPT = "pair"
+BATCH_SCRIPT = "batch"
 OWNER = "bench-pgbench"
 LEASE_MS = 5_000
 MAX_TRIES = 10
@@ -49,6 +56,27 @@ GSET_COLUMNS = frozenset(
     }
 )
 """The claim's columns the admit reads (set by ``\\gset``)."""
+BATCH_COLUMNS = frozenset(
+    {
+        "project_ids",
+        "trigger_ids",
+        "claim_tokens",
+        "claim_versions",
+        "state_versions",
+        "trigger_revisions",
+        "content_digests",
+        "task_revisions",
+        "execution_revision_ids",
+        "fires",
+        "nexts",
+        "coalesced",
+        "run_ids",
+        "attempt_ids",
+        "idempotency_keys",
+        "locators",
+    }
+)
+"""The arrays the batch admit reads (set by ``\\gset`` from ``bench_claim_arrays``)."""
 _FIGURES = {
     "tps": re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M),
     "transactions": re.compile(r"^number of transactions actually processed: (\d+)", re.M),
@@ -73,6 +101,7 @@ async def ceiling(session: BenchSession, drain_rate: float | None) -> CeilingRes
     path = session.workdir / f"{SCRIPT}.sql"
     path.write_text(script, encoding="utf-8")
     runs = [await _pgbench(session, path, clients) for clients in o.pgbench_clients]
+    batch = await batch_ceiling(session, drain_rate)
     best = max(runs, key=lambda r: r.pairs_per_s)
     pair_ratio = None if not drain_rate or not best.pairs_per_s else drain_rate / best.pairs_per_s
     session.note(
@@ -91,7 +120,43 @@ async def ceiling(session: BenchSession, drain_rate: float | None) -> CeilingRes
         retries=best.retries,
         ssi_retry_ratio=best.ssi_retry_ratio,
         runs=runs,
+        batch=batch,
     )
+
+
+async def batch_ceiling(session: BenchSession, drain_rate: float | None) -> BatchCeiling:
+    """The replicas' round (claim k, batch admit k) under pgbench, one client per replica."""
+    o = session.options
+    k = o.replica.claim_budget
+    script = bench_data.render_pgbench(bench_data.pgbench_template(BATCH_SCRIPT))
+    unknown = bench_data.pgbench_variables(script) - BATCH_COLUMNS - {"owner", "lease_ms", "k"}
+    if unknown:
+        raise CeilingFailed(f"pgbench script reads undefined variables: {sorted(unknown)}")
+    path = session.workdir / f"{BATCH_SCRIPT}.sql"
+    path.write_text(script, encoding="utf-8")
+    run = await _pgbench(session, path, o.replicas, extra=[f"--define=k={k}"])
+    admitted = await session.call(_all_runs)
+    rate = admitted / o.ceiling_seconds
+    ratio = None if not drain_rate or not rate else drain_rate / rate
+    session.note(
+        f"ceiling: batch of {k}: {rate:,.0f} occurrences/s ({run.pairs_per_s:,.1f} rounds/s); "
+        "burst drain / batch ceiling = " + ("n/a" if ratio is None else f"{ratio:.2f}x")
+    )
+    return BatchCeiling(
+        occurrences_per_s=round(rate, 1),
+        rounds_per_s=run.pairs_per_s,
+        k=k,
+        clients=run.clients,
+        admitted=admitted,
+        ratio=None if ratio is None else round(ratio, 2),
+        failed=run.failed,
+        retries=run.retries,
+        ssi_retry_ratio=run.ssi_retry_ratio,
+    )
+
+
+async def _all_runs(conn: Connection) -> int:
+    return await bench_data.run_count(conn, -(2**62), 2**62)
 
 
 def pool_options() -> str:
@@ -105,7 +170,9 @@ def pool_options() -> str:
     return " ".join(f"-c {name}={value}" for name, value in sorted(settings.items()))
 
 
-async def _pgbench(session: BenchSession, script: Path, clients: int) -> PgbenchRun:
+async def _pgbench(
+    session: BenchSession, script: Path, clients: int, *, extra: list[str] | None = None
+) -> PgbenchRun:
     o = session.options
     n = o.triggers
     threads = min(2, clients)
@@ -142,6 +209,7 @@ async def _pgbench(session: BenchSession, script: Path, clients: int) -> Pgbench
         f"--define=owner={OWNER}",
         f"--define=lease_ms={LEASE_MS}",
         f"--file={script}",
+        *(extra or []),
         dsn,
     ]
     session.note(f"ceiling: pgbench, {clients} clients, {threads} threads, {o.ceiling_seconds} s")
@@ -171,7 +239,6 @@ async def _pgbench(session: BenchSession, script: Path, clients: int) -> Pgbench
         retries=retries,
         ssi_retry_ratio=retries / statements if statements else None,
     )
-    session.note(
-        f"ceiling: {run.pairs_per_s:,.0f} pairs/s at {clients} clients ({retries} retries)"
-    )
+    unit = "pairs/s" if script.stem == SCRIPT else "rounds/s"
+    session.note(f"ceiling: {run.pairs_per_s:,.0f} {unit} at {clients} clients ({retries} retries)")
     return run

@@ -23,6 +23,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
+from qlsched.tools.bench.replicas import Replica
 from qlsched.tools.bench.report import DrainResult, Lag, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
@@ -80,6 +81,7 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
     replicas = await session.start_replicas(o.replicas)
     await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
     before = await session.admit_counts(replicas)
+    cpu_before = _cpu(replicas)
     now = await session.db_now_ms()
     at = next_after(parse_cron(cron), now + TICK_LEAD_MS) if same_tick else last_new_year_ms(now)
 
@@ -110,6 +112,7 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
             await trio.sleep(POLL_S)
     if admitted < n:
         session.note(f"{label}: timed out after {timeout_s:.0f} s with {admitted:,} of {n:,}")
+    cpu_spent = _cpu(replicas) - cpu_before
     after = await session.admit_counts(replicas)
     retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
@@ -146,10 +149,19 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
         lag_ms=Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms) if same_tick else None,
         diagnostics=diagnostics,
         stop_problems=problems,
+        replica_cpu_us_per_occurrence=(
+            round(cpu_spent * 1e6 / w.runs, 1) if w.runs and cpu_spent > 0 else None
+        ),
     )
     session.note(
         f"{label}: {w.runs:,} admitted in {span_s:.2f} s = "
         + (f"{rate:,.0f}/s" if rate else "n/a")
-        + f"; duplicates {duplicates}, lost {lost}; SSI retries {retries}/{statements}"
+        + f"; duplicates {duplicates}, lost {lost}; SSI retries {retries}/{statements}; "
+        f"replica CPU {cpu_spent:.2f} s"
     )
     return result
+
+
+def _cpu(replicas: list[Replica]) -> float:
+    """CPU seconds the replicas have used so far, summed (a gone one counts nothing)."""
+    return sum(r.cpu_s() or 0.0 for r in replicas)

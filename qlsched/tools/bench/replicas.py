@@ -15,6 +15,7 @@ left, however it is left. A guardian process SIGKILLs them should the bench itse
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from pathlib import Path
@@ -50,6 +51,20 @@ class Replica(fleet.Replica):
     def peak_kib(self) -> int | None:
         """``VmHWM`` (peak RSS) of the process (KiB), None once it is gone."""
         return _status_kib(self.pid, "VmHWM")
+
+    def cpu_s(self) -> float | None:
+        """User + system CPU seconds the process has used (``/proc/<pid>/stat``), None once
+        it is gone."""
+        try:
+            text = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return None
+        # Fields after the command name (which may hold spaces): utime, stime are 14 and 15.
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _status_kib(pid: int, field: str) -> int | None:

@@ -1,10 +1,11 @@
 """One bench run, start to end: the phases in order, then the report.
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
-ratio compares like with like), the same-tick drain, steady, then scale (claim latency at
-each size and the replicas' RSS). Each phase empties the database first. The caller owns
-the database (``Target``), the fleet and the work directory; this module opens and closes
-only the superuser pool it uses.
+ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
+size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
+late, readiness, recovery over a large history). Each phase empties the database first.
+The caller owns the database (``Target``), the fleet and the work directory; this module
+opens and closes only the superuser pool it uses.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from qlsched.postgres.pool import open_database
 from qlsched.tools import bench_data
 from qlsched.tools.bench import machine as machine_facts
 from qlsched.tools.bench.ceiling import ceiling
+from qlsched.tools.bench.costs import costs
 from qlsched.tools.bench.drain import burst, same_tick
+from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.report import BenchConfig, BenchReport, PostgresInfo, exactly_once, targets
 from qlsched.tools.bench.scale import scale
@@ -65,6 +68,8 @@ async def run_bench(
         tick = await same_tick(session)
         steady_result = await steady(session)
         claims, rss = await scale(session)
+        published = await publish_cost(session)
+        cost = await costs(session)
     return BenchReport(
         machine=machine_facts.machine(),
         load={"start": load_start, "end": machine_facts.load()},
@@ -102,7 +107,13 @@ async def run_bench(
             claim_limit=options.claim_limit,
             rss=rss,
             ceiling=pair,
+            costs=cost,
+            publishing=published,
         ),
+        publish=published,
+        decision_cost=cost.decision,
+        recovery_cost=cost.recovery,
+        readiness_cost=cost.readiness,
         exactly_once=exactly_once(drain, tick, steady_result),
         seconds=round(time.monotonic() - started, 1),
     )

@@ -57,6 +57,14 @@ class BenchOptions(msgspec.Struct, frozen=True, kw_only=True):
     ceiling_seconds: int
     pgbench_clients: tuple[int, ...]
     """pgbench runs, one per client count; the ceiling is the best."""
+    decision_rounds: int = 20
+    """Timed rounds of 256 decisions a year late (costs phase)."""
+    readiness_checks: int = 10
+    recovery_history: int = 10_000_000
+    """Terminal Attempts in the history recovery is timed over."""
+    recovery_calls: int = 10
+    publish_triggers: int = 100_000
+    """Triggers in the file the publish phase publishes twice."""
 
 
 BENCH_REPLICA = ReplicaSettings(
@@ -83,6 +91,11 @@ def options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> B
             rss_rounds=15,
             ceiling_seconds=3,
             pgbench_clients=(replicas,),
+            decision_rounds=4,
+            readiness_checks=3,
+            recovery_history=100_000,
+            recovery_calls=3,
+            publish_triggers=2_000,
         )
     return BenchOptions(
         triggers=triggers,
