@@ -105,6 +105,11 @@ def open_checked(
         check_schema(conn, path, apply=apply, now_ms=clock())
         if not query_only:
             conn.execute(query("pragma_wal")).fetchall()
+            conn.execute(query("begin_immediate"))
+            try:
+                conn.execute(query("write_probe"))
+            finally:
+                rollback(conn)
     except sqlite3.Error as exc:
         conn.close()
         raise classify(exc, path) from None

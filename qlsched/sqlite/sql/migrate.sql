@@ -16,3 +16,8 @@ INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?1, 
 -- Every schema object as its DDL text, to compare the file with what the migrations define.
 SELECT type, name, sql FROM sqlite_schema
  WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name;
+
+-- name: write_probe
+-- Rolled back at once: fails with SQLITE_READONLY on a read-only file before a scheduler
+-- starts, instead of at its first round.
+UPDATE capability SET version = version WHERE name = 'qlsched.edge_scheduler';
