@@ -1,0 +1,141 @@
+"""The Edge file's migration check (DESIGN.md §11, issue #19 items 2 and 6): numbered,
+checksummed migrations, checked at every start; a foreign, corrupt, changed or newer file
+is refused with one clear line and exit 1, and a foreign file is not modified."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from qlsched.sqlite.migrate import EDGE_APPLICATION_ID, load_migrations, schema_dir
+from tests.edge.support import REPO, publish_file, qlsched, read
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def published(tmp_path: Path) -> Path:
+    db = tmp_path / "edge.sqlite3"
+    toml = publish_file(tmp_path / "t.toml", 2)
+    assert qlsched("edge", "publish", str(toml), "--db", str(db)).returncode == 0
+    return db
+
+
+def refused(db: Path, tmp_path: Path, expected: str) -> None:
+    """Publish, run and status all refuse ``db`` with exit 1 and one line containing
+    ``expected``."""
+    toml = publish_file(tmp_path / "again.toml", 1)
+    for args in (
+        ("edge", "publish", str(toml), "--db", str(db)),
+        ("edge", "run", "--db", str(db)),
+        ("edge", "status", "--db", str(db)),
+    ):
+        result = qlsched(*args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert expected in result.stderr, (args, result.stderr)
+        assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_migrations_are_recorded_with_checksums(tmp_path: Path) -> None:
+    """A new file carries every shipped migration in the ledger with its SHA-256, the
+    qlsched application id, WAL journaling, and the capability row."""
+    db = published(tmp_path)
+    shipped = {(m.version, m.name, m.checksum) for m in load_migrations()}
+    assert set(read(db, "SELECT version, name, checksum FROM schema_migrations")) == shipped
+    assert {p.name for p in (REPO / "schema" / "sqlite").glob("0*.sql")} == {
+        m.name for m in load_migrations(schema_dir())
+    }
+    assert read(db, "PRAGMA application_id") == [(EDGE_APPLICATION_ID,)]
+    assert read(db, "PRAGMA journal_mode") == [("wal",)]
+    assert read(db, "SELECT name, version FROM capability") == [("qlsched.edge_scheduler", 1)]
+
+
+def test_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
+    """Another program's SQLite file is refused by name and left byte for byte as it was
+    (no ledger, no WAL switch)."""
+    db = tmp_path / "other.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users (name) VALUES ('alice')")
+    conn.commit()
+    conn.close()
+    before = digest(db)
+
+    refused(db, tmp_path, "not a qlsched Edge database (a foreign SQLite file")
+
+    assert digest(db) == before
+    assert not Path(str(db) + "-wal").exists() or Path(str(db) + "-wal").stat().st_size == 0
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated"])
+def test_corrupt_file_is_refused(tmp_path: Path, kind: str) -> None:
+    """A file that is not a database, or an Edge file cut short, is refused with one line."""
+    if kind == "garbage":
+        db = tmp_path / "edge.sqlite3"
+        db.write_bytes(os.urandom(16384))
+        expected = "SQLITE_NOTADB"
+    else:
+        db = published(tmp_path)
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.close()
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 2])
+        expected = "corrupt"
+    before = digest(db)
+
+    refused(db, tmp_path, expected)
+
+    assert digest(db) == before
+
+
+def test_changed_migration_is_refused(tmp_path: Path) -> None:
+    """A ledger checksum that differs from the shipped file stops every command, naming the
+    migration."""
+    db = published(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE schema_migrations SET checksum = ? WHERE version = 1", ("0" * 64,))
+    conn.commit()
+    conn.close()
+
+    refused(db, tmp_path, "migration 0001_edge_scheduler.sql differs from the one applied")
+
+
+def test_newer_migration_is_refused(tmp_path: Path) -> None:
+    """A file migrated by a newer qlsched (a version this one does not ship) is refused."""
+    db = published(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO schema_migrations VALUES (9999, '9999_future.sql', ?, 0)", ("a" * 64,)
+    )
+    conn.commit()
+    conn.close()
+
+    refused(db, tmp_path, "migration 9999 (9999_future.sql) was applied by a newer qlsched")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("DROP INDEX trigger_schedules_due_idx", "index trigger_schedules_due_idx is missing"),
+        ("CREATE TABLE extra (x INTEGER)", "unexpected table extra"),
+        ("ALTER TABLE runs ADD COLUMN note TEXT", "table runs differs from its migration"),
+    ],
+)
+def test_catalog_drift_is_refused(tmp_path: Path, change: str, expected: str) -> None:
+    """The file's catalog must be what the migrations define: a dropped index, an extra
+    table or an altered table is refused, naming the object."""
+    db = published(tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(change)
+    conn.commit()
+    conn.close()
+
+    refused(db, tmp_path, expected)
