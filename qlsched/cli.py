@@ -153,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--edge", action="store_true", help="the Edge profile's figures beside the cluster's"
+    )
+    p.add_argument("--cluster-json", help="with --edge: the cluster figures from this bench JSON")
+    p.add_argument("--no-cluster", action="store_true", help="with --edge: no cluster figures")
 
     add_edge_arguments(subs["edge"])
     return parser
