@@ -7,9 +7,11 @@ call and the row's ``state_version`` as the version, recorded on the Run for the
 write (``commit``: admits, initializes, skips) runs in one ``BEGIN IMMEDIATE`` transaction
 and moves a cursor only ``WHERE trigger_revision = ? AND state_version = ? AND
 next_fire_at_ms IS ?`` (and the row is active), in the same transaction as the Run, its
-claimed Attempt and its two events. One row failing a constraint is undone alone (a
-savepoint per write); any other SQLite failure undoes the whole round and raises
-``EdgeDatabaseError``.
+claimed Attempt and its two events, inserted in one batch per table. A constraint failing
+anywhere redoes the round row by row, each in a savepoint, so that row alone is left out
+(``StoreFailed``); any other SQLite failure undoes the whole round and raises
+``EdgeDatabaseError``. The pinned execution revision is re-verified (digest re-computed)
+once per revision and round.
 
 Capability (the conformance suite reads it): ``leases = False``. A claim hides no row from the
 next claim, there is no expiry and no takeover, and owner, token and claim version are not
@@ -28,6 +30,7 @@ from qlsched.core.fence import Claim, ClaimFence, FireRequest
 from qlsched.core.outcomes import (
     Admitted,
     DigestInvalid,
+    DigestPart,
     FenceLost,
     Inactive,
     Initialize,
@@ -35,13 +38,14 @@ from qlsched.core.outcomes import (
     Outcome,
     Released,
     RevisionChanged,
+    RevisionPart,
     Skip,
     Skipped,
     StoreFailed,
 )
 from qlsched.core.specs import EXECUTOR
 from qlsched.core.store import ScheduleView
-from qlsched.sqlite.database import EdgeDatabase
+from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
 from qlsched.sqlite.queries import query
 
@@ -69,32 +73,24 @@ def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
     return FenceLost(p, t, part="state")
 
 
-def _verify_specs(conn: sqlite3.Connection, claim: Claim) -> Outcome | None:
-    """The admit's re-verification of what the Run will pin; None when all of it holds."""
-    p, t = claim.project_id, claim.trigger_id
-    row = conn.execute(query("admit_specs"), (p, t)).fetchone()
+def _execution_fault(conn: sqlite3.Connection, claim: Claim) -> DigestPart | RevisionPart | None:
+    """What is wrong with the execution revision ``claim`` pins, or None: its digest is
+    re-computed from the payload, its executor checked, its task revision still current.
+
+    The rest of what the Run pins (trigger revision and digest, task revision, project and
+    trigger active) is fixed by the trigger revision, which the compare-and-set checks:
+    publish moves it whenever any of them changes.
+    """
+    row = conn.execute(query("execution_check"), (str(claim.execution_revision_id),)).fetchone()
     if row is None:
-        return FenceLost(p, t, part="missing")
-    (state, enabled, revision, digest, _task, task_revision, execution_id, task_now) = row[:8]
-    executor, payload, execution_digest, execution_task_revision = row[8:]
-    if revision != claim.trigger_revision:
-        return RevisionChanged(p, t, part="trigger")
-    if state != "active":
-        return Inactive(p, t, reason="project_archived")
-    if not enabled:
-        return Inactive(p, t, reason="trigger_disabled")
-    if digest != claim.trigger_digest:
-        return DigestInvalid(p, t, part="trigger")
+        return "execution"
+    executor, payload, digest, task_revision, task_now = row
     if task_revision != claim.task_revision or task_now != task_revision:
-        return RevisionChanged(p, t, part="task")
-    if execution_id != str(claim.execution_revision_id):
-        return RevisionChanged(p, t, part="execution")
-    if payload is None or execution_task_revision != task_revision:
-        return DigestInvalid(p, t, part="execution")
-    if hashlib.sha256(payload.encode("utf-8")).hexdigest() != execution_digest:
-        return DigestInvalid(p, t, part="execution")
+        return "task"
+    if hashlib.sha256(payload.encode("utf-8")).hexdigest() != digest:
+        return "execution"
     if executor != EXECUTOR:
-        return DigestInvalid(p, t, part="executor")
+        return "executor"
     return None
 
 
@@ -125,49 +121,82 @@ def _advance(
     return cursor.rowcount == 1
 
 
-def _admit_one(conn: sqlite3.Connection, fire: FireRequest, now_ms: int) -> Outcome:
-    claim = fire.claim
-    p, t = claim.project_id, claim.trigger_id
-    refused = _verify_specs(conn, claim)
-    if refused is not None:
-        return refused
-    if claim.cursor_ms != fire.scheduled_for_ms:
-        return RevisionChanged(p, t, part="cursor")
-    if not _advance(conn, claim, fire.next_ms, fire.scheduled_for_ms, 0, fire.coalesced, now_ms):
-        return _refusal(conn, claim)
-    run_id = str(fire.run_id)
-    conn.execute(
-        query("run_insert"),
-        (
+RunRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+
+
+class _Round:
+    """One ``commit``'s writes inside its transaction. The execution revision checks are
+    made once per revision, not once per Run."""
+
+    def __init__(self, conn: sqlite3.Connection, now_ms: int) -> None:
+        self.conn = conn
+        self.now_ms = now_ms
+        self._faults: dict[tuple[uuid.UUID, int], DigestPart | RevisionPart | None] = {}
+
+    def advance_fire(self, fire: FireRequest) -> Outcome | None:
+        """Verify a Fire and move its cursor (compare-and-set); None when it moved."""
+        claim = fire.claim
+        p, t = claim.project_id, claim.trigger_id
+        if claim.cursor_ms != fire.scheduled_for_ms:
+            return RevisionChanged(p, t, part="cursor")
+        key = (claim.execution_revision_id, claim.task_revision)
+        if key not in self._faults:
+            self._faults[key] = _execution_fault(self.conn, claim)
+        match self._faults[key]:
+            case None:
+                pass
+            case "task":
+                return RevisionChanged(p, t, part="task")
+            case "executor":
+                return DigestInvalid(p, t, part="executor")
+            case _:
+                return DigestInvalid(p, t, part="execution")
+        moved = _advance(
+            self.conn, claim, fire.next_ms, fire.scheduled_for_ms, 0, fire.coalesced, self.now_ms
+        )
+        return None if moved else _refusal(self.conn, claim)
+
+    def rows(self, fire: FireRequest) -> RunRows:
+        """The Run, Attempt and events rows of an admitted Fire."""
+        claim, now = fire.claim, self.now_ms
+        run_id = str(fire.run_id)
+        run = (
             run_id,
-            p,
-            t,
+            claim.project_id,
+            claim.trigger_id,
             claim.trigger_revision,
             claim.task_id,
             claim.task_revision,
             str(claim.execution_revision_id),
             fire.scheduled_for_ms,
             fire.idempotency_key,
-            now_ms,
+            now,
             claim.fence.owner,
             str(claim.fence.token),
             claim.fence.version,
-        ),
-    )
-    conn.execute(query("attempt_insert"), (str(fire.attempt_id), run_id, now_ms))
-    conn.execute(
-        query("events_insert"),
-        (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now_ms, claim.fence.owner),
-    )
-    return Admitted(
-        p,
-        t,
-        run_id=fire.run_id,
-        attempt_id=fire.attempt_id,
-        scheduled_for_ms=fire.scheduled_for_ms,
-        idempotency_key=fire.idempotency_key,
-        admitted_at_ms=now_ms,
-    )
+        )
+        attempt = (str(fire.attempt_id), run_id, now)
+        events = (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner)
+        return run, attempt, events
+
+    def insert(self, rows: Sequence[RunRows]) -> None:
+        """Insert admitted Runs with their Attempts and events, one batch per table."""
+        if rows:
+            self.conn.executemany(query("run_insert"), [r[0] for r in rows])
+            self.conn.executemany(query("attempt_insert"), [r[1] for r in rows])
+            self.conn.executemany(query("events_insert"), [r[2] for r in rows])
+
+    def admitted(self, fire: FireRequest) -> Admitted:
+        claim = fire.claim
+        return Admitted(
+            claim.project_id,
+            claim.trigger_id,
+            run_id=fire.run_id,
+            attempt_id=fire.attempt_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            idempotency_key=fire.idempotency_key,
+            admitted_at_ms=self.now_ms,
+        )
 
 
 def _settle_one(
@@ -258,16 +287,54 @@ class SqliteStore:
             return []
         conn.execute(query("begin_immediate"))
         now = self._db.clock()
+        try:
+            outcomes = self._write_batched(_Round(conn, now), fires, settles)
+        except sqlite3.IntegrityError:
+            # A constraint failed somewhere in the batch: redo the round row by row, each in
+            # a savepoint, so that row alone is left out (StoreFailed) and the rest commit.
+            rollback(conn)
+            conn.execute(query("begin_immediate"))
+            outcomes = self._write_each(_Round(conn, now), fires, settles)
+        conn.execute(query("commit"))
+        return outcomes
+
+    @staticmethod
+    def _write_batched(
+        r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
+    ) -> list[Outcome]:
         outcomes: list[Outcome] = []
-        writes: list[tuple[Claim, Any]] = [(f.claim, f) for f in fires]
+        rows: list[RunRows] = []
+        for fire in fires:
+            refused = r.advance_fire(fire)
+            if refused is None:
+                rows.append(r.rows(fire))
+                outcomes.append(r.admitted(fire))
+            else:
+                outcomes.append(refused)
+        r.insert(rows)
+        outcomes.extend(_settle_one(r.conn, c, d, r.now_ms) for c, d in settles)
+        return outcomes
+
+    @staticmethod
+    def _write_each(
+        r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
+    ) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        writes: list[tuple[Claim, FireRequest | Initialize | Skip]] = [(f.claim, f) for f in fires]
         writes.extend(settles)
         for claim, write in writes:
-            conn.execute(query("savepoint"))
+            r.conn.execute(query("savepoint"))
+            outcome: Outcome
             try:
                 if isinstance(write, FireRequest):
-                    outcome = _admit_one(conn, write, now)
+                    refused = r.advance_fire(write)
+                    if refused is None:
+                        r.insert([r.rows(write)])
+                        outcome = r.admitted(write)
+                    else:
+                        outcome = refused
                 else:
-                    outcome = _settle_one(conn, claim, write, now)
+                    outcome = _settle_one(r.conn, claim, write, r.now_ms)
             except sqlite3.IntegrityError as exc:
                 outcome = StoreFailed(
                     claim.project_id,
@@ -276,10 +343,9 @@ class SqliteStore:
                     exception=type(exc).__name__,
                 )
             if not isinstance(outcome, _DONE):
-                conn.execute(query("savepoint_rollback"))
-            conn.execute(query("savepoint_release"))
+                r.conn.execute(query("savepoint_rollback"))
+            r.conn.execute(query("savepoint_release"))
             outcomes.append(outcome)
-        conn.execute(query("commit"))
         return outcomes
 
     async def admit(self, fires: Sequence[FireRequest]) -> list[Outcome]:

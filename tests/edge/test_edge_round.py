@@ -5,7 +5,8 @@ endpoint serves health, readiness and metrics without hypercorn."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ import trio
 from qlsched.core.cron import parse_cron
 from qlsched.core.decide import TriggerSpec, decide
 from qlsched.core.diagnostics import MemorySink
+from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
-from qlsched.core.outcomes import Fire, Skip
+from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.http import open_http_listeners, serve_http
@@ -153,13 +155,98 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
         assert await get(address, "/healthz") == (200, "ok\n")
         assert (await get(address, "/readyz"))[0] == 503
         assert "qlsched_edge_backlog 1" in (await get(address, "/metrics"))[1]
+        await scheduler.run_round()
         stop = trio.Event()
-        await nursery.start(scheduler.run, stop)
-        assert (await get(address, "/readyz"))[0] == 200
-        stop.set()
-        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as rounds:
+            await rounds.start(scheduler.run, stop)
+            assert (await get(address, "/readyz"))[0] == 200
+            stop.set()
+        assert (await get(address, "/readyz"))[0] == 503
         metrics = (await get(address, "/metrics"))[1]
         assert 'qlsched_edge_outcomes_total{outcome="initialized"} 1' in metrics
         assert "qlsched_edge_backlog 0" in metrics
         assert (await get(address, "/nope"))[0] == 404
         nursery.cancel_scope.cancel()
+
+
+async def due_fires(store: SqliteStore, limit: int = 10) -> list[FireRequest]:
+    fires = []
+    for claim in await store.claim("edge", limit, 30_000):
+        decision = decide(
+            TriggerSpec(cron=parse_cron(claim.cron)), claim.cursor_ms, claim.claimed_at_ms
+        )
+        assert isinstance(decision, Fire)
+        fires.append(fire_request(claim, decision))
+    return fires
+
+
+async def test_a_constraint_failure_leaves_out_that_row_alone(
+    edge: tuple[EdgeDatabase, list[int]],
+) -> None:
+    """When one row of a batch fails a constraint (its occurrence already has a Run: the
+    cursor was moved back by hand), that row alone is refused as StoreFailed with its cursor
+    untouched, and the round's other Runs commit."""
+    db, now = edge
+    entries = [trigger(f"t{i}", "skip") for i in range(3)]
+    await db.call(lambda conn: publish(conn, spec_file(*entries), now[0]))
+    store = SqliteStore(db)
+    scheduler = EdgeScheduler(store, EdgeSettings(), MemorySink())
+    await scheduler.run_round()
+    now[0] += MINUTE
+    [first] = await store.commit([f for f in await due_fires(store) if f.claim.trigger_id == "t1"])
+    assert isinstance(first, Admitted)
+
+    def move_back(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "UPDATE trigger_schedules SET next_fire_at_ms = ? WHERE trigger_id = 't1'",
+            (first.scheduled_for_ms,),
+        )
+
+    await db.call(move_back)
+
+    outcomes = await store.commit(await due_fires(store))
+
+    assert [type(o).__name__ for o in outcomes] == ["Admitted", "StoreFailed", "Admitted"]
+    assert isinstance(outcomes[1], StoreFailed)
+    assert outcomes[1].sqlstate == "SQLITE_CONSTRAINT_UNIQUE"
+    path = Path(db.path)
+    assert read(path, "SELECT trigger_id, count(*) FROM runs GROUP BY 1") == [
+        ("t0", 1),
+        ("t1", 1),
+        ("t2", 1),
+    ]
+    assert read(path, "SELECT next_fire_at_ms FROM trigger_schedules WHERE trigger_id = 't1'") == [
+        (first.scheduled_for_ms,)
+    ]
+    assert read(path, AUDIT_BAD_RUNS) == []
+
+
+async def test_a_corrupt_execution_revision_admits_nothing(
+    edge: tuple[EdgeDatabase, list[int]],
+) -> None:
+    """Fail closed: an execution revision whose payload no longer matches its digest (or
+    whose executor is not remote_worker) admits no Run and leaves the cursor as it was."""
+    db, now = edge
+    await db.call(lambda conn: publish(conn, spec_file(trigger("t", "skip")), now[0]))
+    store = SqliteStore(db)
+    await EdgeScheduler(store, EdgeSettings(), MemorySink()).run_round()
+    now[0] += MINUTE
+    path = Path(db.path)
+    before = read(path, "SELECT * FROM trigger_schedules")
+
+    def corrupt(sql: str) -> Callable[[sqlite3.Connection], None]:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(sql)
+
+        return run
+
+    await db.call(corrupt("UPDATE execution_revisions SET payload = payload || ' '"))
+    [payload] = await store.commit(await due_fires(store))
+    await db.call(corrupt("UPDATE execution_revisions SET payload = rtrim(payload)"))
+    await db.call(corrupt("UPDATE execution_revisions SET executor_kind = 'shell'"))
+    [executor] = await store.commit(await due_fires(store))
+
+    assert payload == DigestInvalid("p", "t", part="execution")
+    assert executor == DigestInvalid("p", "t", part="executor")
+    assert read(path, "SELECT count(*) FROM runs") == [(0,)]
+    assert read(path, "SELECT * FROM trigger_schedules") == before

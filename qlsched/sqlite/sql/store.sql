@@ -12,17 +12,13 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_f
  ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
  LIMIT ?2;
 
--- name: admit_specs
--- What an admit re-verifies: project state, trigger revision and pin, task revision, and the
--- pinned execution revision (its digest is re-computed). ?1 project, ?2 trigger.
-SELECT p.state, t.enabled, t.revision, t.content_digest, t.task_id, t.task_revision,
-       t.execution_revision_id, k.revision, e.executor_kind, e.payload, e.digest,
-       e.task_revision
-  FROM triggers AS t
-  JOIN projects AS p ON p.project_id = t.project_id
-  LEFT JOIN tasks AS k ON k.project_id = t.project_id AND k.task_id = t.task_id
-  LEFT JOIN execution_revisions AS e ON e.execution_revision_id = t.execution_revision_id
- WHERE t.project_id = ?1 AND t.trigger_id = ?2;
+-- name: execution_check
+-- The pinned execution revision a round's Runs will carry, with its task's current revision
+-- (the digest is re-computed from the payload). ?1 execution revision id.
+SELECT e.executor_kind, e.payload, e.digest, e.task_revision, k.revision
+  FROM execution_revisions AS e
+  LEFT JOIN tasks AS k ON k.project_id = e.project_id AND k.task_id = e.task_id
+ WHERE e.execution_revision_id = ?1;
 
 -- name: schedule_advance
 -- The compare-and-set: moves the cursor only if revision, state version and cursor are the
