@@ -12,7 +12,9 @@ DB_HELP = (
 
 
 def add_edge_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="edge_command", metavar="SUBCOMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="edge_command", metavar="SUBCOMMAND", required=True, help="publish, run or status"
+    )
 
     p = sub.add_parser(
         "publish", help="publish a TOML file into the file", description="publish a TOML file"
