@@ -17,7 +17,7 @@ from typing import IO
 import trio
 
 from qlsched.core.diagnostics import DiagnosticSink
-from qlsched.sqlite.database import file_path, open_checked
+from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.http import bound_address, open_http_listeners, parse_address, serve_http
 from qlsched.sqlite.lock import hold_run_lock
@@ -72,6 +72,7 @@ def run(args: argparse.Namespace, db: str) -> int:
             database.close()
         return 0
 
+    require_file(path)
     with hold_run_lock(path), contextlib.ExitStack() as files:
         stream: IO[str] | None = None
         if args.diagnostics:

@@ -44,6 +44,16 @@ def _uri(db: str, *, create: bool) -> str:
     return Path(db).absolute().as_uri() + ("?mode=rwc" if create else "?mode=rw")
 
 
+def require_file(path: str) -> None:
+    """Raise ``EdgeError`` unless ``path`` exists (commands other than publish never create
+    the file: a mistyped path must not become a new, empty scheduler)."""
+    if not os.path.exists(path):
+        raise EdgeError(
+            f"{path}: no Edge database here (create it with `qlsched edge publish FILE --db"
+            f" {path}`)"
+        )
+
+
 def connect(db: str, *, create: bool = False, query_only: bool = False) -> sqlite3.Connection:
     """Open ``db`` with ``synchronous=FULL`` and foreign keys on (WAL comes once the file is
     known to be an Edge file: ``open_checked``; a foreign file is never modified).
@@ -52,12 +62,9 @@ def connect(db: str, *, create: bool = False, query_only: bool = False) -> sqlit
         EdgeError: the file is missing (and not ``create``), or SQLite refused to open it.
     """
     path = file_path(db)
-    if not create and not os.path.exists(path):
-        raise EdgeError(
-            f"{path}: no Edge database here (create it with `qlsched edge publish FILE --db"
-            f" {path}`)"
-        )
-    if create:
+    if not create:
+        require_file(path)
+    else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(

@@ -119,3 +119,17 @@ def test_publish_uses_the_default_file(monkeypatch: pytest.MonkeyPatch, tmp_path
 
     assert code == 0
     assert read(target, "SELECT count(*) FROM triggers") == [(1,)]
+
+
+def test_run_never_creates_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``edge run`` on a path with no Edge file exits 1 naming it, and creates neither the
+    file, its directory nor a lock (a mistyped path is not a new, empty scheduler)."""
+    db = tmp_path / "missing" / "edge.sqlite3"
+
+    code = main(["edge", "run", "--db", str(db)])
+
+    err = capsys.readouterr().err
+    assert code == 1
+    one_line_error(err)
+    assert "no Edge database here" in err
+    assert not db.parent.exists()
