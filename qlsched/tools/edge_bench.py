@@ -192,15 +192,13 @@ def _burst(workdir: Path, n: int, options: EdgeBenchOptions) -> Burst:
     replica = _Replica(db, options)
     try:
         deadline = time.monotonic() + 120 + n / 200
-        while True:
-            count, _first, last = _scalar(db, "bench_runs_span")
-            if count >= n or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        while _scalar(db, "bench_runs_progress")[0] < n and time.monotonic() < deadline:
+            time.sleep(0.1)
         time.sleep(0.5)
         rss, peak = replica.memory_mb()
     finally:
         replica.stop()
+    count, _first, last = _scalar(db, "bench_runs_span")
     seconds = max(0.001, (int(last or replica.ready_ms) - replica.ready_ms) / 1000)
     return Burst(
         triggers=n,

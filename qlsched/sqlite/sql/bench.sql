@@ -6,6 +6,10 @@ UPDATE trigger_schedules SET next_fire_at_ms = ?1, state_version = state_version
 -- name: bench_uninitialised
 SELECT count(*) FROM trigger_schedules WHERE active = 1 AND next_fire_at_ms IS NULL;
 
+-- name: bench_runs_progress
+-- Runs so far, cheaply while a replica writes (runs is append-only: its last rowid).
+SELECT coalesce(max(rowid), 0) FROM runs;
+
 -- name: bench_runs_span
 -- Runs so far, and the first and last admission times.
 SELECT count(*), min(created_at_ms), max(created_at_ms) FROM runs;
