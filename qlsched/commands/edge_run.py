@@ -25,8 +25,11 @@ from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 
 
-async def _stop_on_signal(stop: trio.Event) -> None:
+async def _stop_on_signal(
+    stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()  # the handlers are in place before readiness is announced
         async for _ in signals:
             stop.set()
             return
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace, db: str) -> int:
             stop = trio.Event()
             failure: EdgeError | None = None
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_stop_on_signal, stop)
+                await nursery.start(_stop_on_signal, stop)
                 if listeners is not None:
                     nursery.start_soon(serve_http, scheduler, listeners)
                     host, port = bound_address(listeners)
