@@ -141,7 +141,7 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     if args.edge:
-        from qlsched.commands.edge_bench import main as edge_main
+        from qlsched.tools.bench.edge import main as edge_main
 
         return edge_main(args)
     problem = _check(args)

@@ -17,12 +17,14 @@ unless one is given), shown side by side. The runtime never imports this module.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,8 +34,9 @@ import msgspec
 
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.sqlite.database import open_checked, wall_clock_ms
+from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.publish import publish
-from qlsched.sqlite.queries import query
+from qlsched.tools.queries import tool_query
 
 RSS_BUDGET_MB = 40.0
 RSS_FLAT_RATIO = 1.10
@@ -130,7 +133,7 @@ def _publish(db: Path, crons: list[str], misfire: str) -> None:
 def _scalar(db: Path, name: str, *args: Any) -> Any:
     conn = sqlite3.connect(db)
     try:
-        return conn.execute(query(name), args).fetchone()
+        return conn.execute(tool_query(name), args).fetchone()
     finally:
         conn.close()
 
@@ -186,19 +189,19 @@ def _burst(workdir: Path, n: int, options: EdgeBenchOptions) -> Burst:
     # its next occurrence is months away, so the drain is exactly ``n`` Runs.
     _publish(db, ["0 0 1 1 *"] * n, "fire_once")
     conn = sqlite3.connect(db)
-    conn.execute(query("bench_make_due"), (wall_clock_ms() - 1_000,))
+    conn.execute(tool_query("edge_bench_make_due"), (wall_clock_ms() - 1_000,))
     conn.commit()
     conn.close()
     replica = _Replica(db, options)
     try:
         deadline = time.monotonic() + 120 + n / 200
-        while _scalar(db, "bench_runs_progress")[0] < n and time.monotonic() < deadline:
+        while _scalar(db, "edge_bench_runs_progress")[0] < n and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(0.5)
         rss, peak = replica.memory_mb()
     finally:
         replica.stop()
-    count, _first, last = _scalar(db, "bench_runs_span")
+    count, _first, last = _scalar(db, "edge_bench_runs_span")
     seconds = max(0.001, (int(last or replica.ready_ms) - replica.ready_ms) / 1000)
     return Burst(
         triggers=n,
@@ -207,8 +210,8 @@ def _burst(workdir: Path, n: int, options: EdgeBenchOptions) -> Burst:
         occurrences_per_s=round(count / seconds, 1) if count else None,
         rss_mb=None if rss is None else round(rss, 1),
         peak_mb=None if peak is None else round(peak, 1),
-        duplicates=int(_scalar(db, "bench_duplicates")[0]),
-        malformed=int(_scalar(db, "bench_malformed")[0]),
+        duplicates=int(_scalar(db, "edge_bench_duplicates")[0]),
+        malformed=int(_scalar(db, "edge_bench_malformed")[0]),
     )
 
 
@@ -225,7 +228,7 @@ def _steady(workdir: Path, options: EdgeBenchOptions) -> Steady:
     _publish(db, [f"{i % 60} * * * * *" for i in range(n)], "skip")
     replica = _Replica(db, options)
     try:
-        while _scalar(db, "bench_uninitialised")[0] > 0:
+        while _scalar(db, "edge_bench_uninitialised")[0] > 0:
             time.sleep(0.05)
         start = (wall_clock_ms() // 1000 + 2) * 1000
         time.sleep(options.steady_seconds)
@@ -238,7 +241,7 @@ def _steady(workdir: Path, options: EdgeBenchOptions) -> Steady:
     expected = sum(per_second[(s // 1000) % 60] for s in range(start, end, 1000))
     conn = sqlite3.connect(db)
     try:
-        rows = conn.execute(query("bench_lags"), (start, end)).fetchall()
+        rows = conn.execute(tool_query("edge_bench_lags"), (start, end)).fetchall()
     finally:
         conn.close()
     lags = sorted(int(r[2]) for r in rows)
@@ -249,8 +252,8 @@ def _steady(workdir: Path, options: EdgeBenchOptions) -> Steady:
         expected=expected,
         occurrences=len(rows),
         lost=max(0, expected - distinct),
-        duplicates=int(_scalar(db, "bench_duplicates")[0]),
-        malformed=int(_scalar(db, "bench_malformed")[0]),
+        duplicates=int(_scalar(db, "edge_bench_duplicates")[0]),
+        malformed=int(_scalar(db, "edge_bench_malformed")[0]),
         lag_p50_ms=_percentile(lags, 0.50),
         lag_p99_ms=_percentile(lags, 0.99),
         lag_max_ms=lags[-1] if lags else None,
@@ -387,3 +390,33 @@ def render_edge(report: EdgeReport) -> str:
         out.append(f"target {goal}: {'met' if met else 'unknown' if met is None else 'MISSED'}")
     out.append(f"exactly once: {'yes' if report.exactly_once else 'NO'}")
     return "\n".join(out)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``qlsched bench --edge``. The cluster's figures come from ``--cluster-json FILE`` (a
+    ``qlsched bench --json`` report), else from running that bench here; ``--no-cluster``
+    skips them. Exit 0 when exactly once held, 1 when it did not or the bench failed."""
+    options = QUICK if args.quick else EdgeBenchOptions()
+
+    def cluster() -> ClusterFigures | None:
+        if args.no_cluster:
+            return None
+        if args.cluster_json:
+            with open(args.cluster_json, encoding="utf-8") as fh:
+                return cluster_figures(json.load(fh), args.cluster_json)
+        return run_cluster_bench(args.quick)
+
+    def progress(text: str) -> None:
+        print(f"qlsched bench --edge: {text}", file=sys.stderr, flush=True)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="qlsched-edge-bench-") as workdir:
+            report = run_edge_bench(Path(workdir), options, cluster=cluster, progress=progress)
+    except (OSError, ValueError, RuntimeError, EdgeError) as exc:
+        print(f"qlsched bench --edge: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        print(render_edge(report))
+    return 0 if report.exactly_once else 1

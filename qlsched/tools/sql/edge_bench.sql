@@ -1,24 +1,26 @@
--- name: bench_make_due
+-- The Edge bench's reads and its burst, on an Edge (SQLite) file.
+
+-- name: edge_bench_make_due
 -- The bench's burst: every active cursor set to ?1 (in the past), as after a due tick.
 UPDATE trigger_schedules SET next_fire_at_ms = ?1, state_version = state_version + 1
  WHERE active = 1;
 
--- name: bench_uninitialised
+-- name: edge_bench_uninitialised
 SELECT count(*) FROM trigger_schedules WHERE active = 1 AND next_fire_at_ms IS NULL;
 
--- name: bench_runs_progress
+-- name: edge_bench_runs_progress
 -- Runs so far, cheaply while a replica writes (runs is append-only: its last rowid).
 SELECT coalesce(max(rowid), 0) FROM runs;
 
--- name: bench_runs_span
+-- name: edge_bench_runs_span
 -- Runs so far, and the first and last admission times.
 SELECT count(*), min(created_at_ms), max(created_at_ms) FROM runs;
 
--- name: bench_duplicates
+-- name: edge_bench_duplicates
 SELECT count(*) FROM (SELECT 1 FROM runs GROUP BY trigger_id, scheduled_for_ms
                        HAVING count(*) > 1);
 
--- name: bench_malformed
+-- name: edge_bench_malformed
 -- Runs without exactly one pristine claimed Attempt and the events run.created, run.queued.
 SELECT count(*) FROM runs AS r
  WHERE (SELECT count(*) FROM attempts AS a
@@ -29,7 +31,7 @@ SELECT count(*) FROM runs AS r
           (SELECT type FROM run_events WHERE run_id = r.run_id ORDER BY seq))
        IS NOT 'run.created,run.queued';
 
--- name: bench_lags
+-- name: edge_bench_lags
 -- Schedule lag of the Runs due in [?1, ?2): created_at_ms - scheduled_for_ms, ms.
 SELECT trigger_id, scheduled_for_ms, created_at_ms - scheduled_for_ms FROM runs
  WHERE scheduled_for_ms >= ?1 AND scheduled_for_ms < ?2;
