@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -139,3 +140,48 @@ def test_catalog_drift_is_refused(tmp_path: Path, change: str, expected: str) ->
     conn.close()
 
     refused(db, tmp_path, expected)
+
+
+SHARED_TABLES = (
+    "projects",
+    "tasks",
+    "execution_revisions",
+    "triggers",
+    "trigger_schedules",
+    "runs",
+    "attempts",
+    "run_events",
+)
+
+
+def _postgres_columns() -> dict[str, set[str]]:
+    """Column names of each table the PostgreSQL migrations create (or alter)."""
+    columns: dict[str, set[str]] = {}
+    for path in sorted((REPO / "schema" / "postgres").glob("0*.sql")):
+        text = path.read_text()
+        for m in re.finditer(r"CREATE TABLE qlsched\.(\w+) \((.*?)\n\);", text, re.S):
+            names = re.findall(r"^\s{4}([a-z_]+)\s+[a-z]", m.group(2), re.M)
+            columns.setdefault(m.group(1), set()).update(
+                n for n in names if n not in {"primary", "foreign", "unique", "check", "constraint"}
+            )
+        for m in re.finditer(r"ALTER TABLE qlsched\.(\w+)\s+ADD COLUMN (\w+)", text):
+            columns.setdefault(m.group(1), set()).add(m.group(2))
+    return columns
+
+
+def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
+    """Every table the audit reads exists in the Edge file under its PostgreSQL name, and
+    each of its columns is a column of the PostgreSQL table (only the lease columns are
+    absent), so the same audit queries run on both profiles."""
+    db = published(tmp_path)
+    postgres = _postgres_columns()
+    for table in SHARED_TABLES:
+        edge = {str(r[1]) for r in read(db, f"PRAGMA table_info({table})")}
+        assert edge, table
+        assert edge <= postgres[table], (table, sorted(edge - postgres[table]))
+    lease = {"claim_owner", "claim_token", "claim_version", "claim_expires_at_ms"}
+    assert (
+        postgres["trigger_schedules"]
+        - {str(r[1]) for r in read(db, "PRAGMA table_info(trigger_schedules)")}
+        == lease
+    )
