@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from qlsched.commands.edge_args import EDGE_HELP, add_edge_arguments
+
 COMMANDS: dict[str, str] = {
     "demo": "an embedded cluster of replicas, one crashed, verified exactly once",
     "init-db": "create the database, roles and schema (superuser DSN)",
@@ -26,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "next": "preview the next fire times of a cron expression",
     "bench": "the project's benchmark, with the same-run pgbench ceiling",
     "local": "start, stop or show the local database that commands without a DSN share",
+    "edge": EDGE_HELP,
 }
 
 TOOLS: dict[str, str] = {
@@ -150,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--edge", action="store_true", help="the Edge profile's figures beside the cluster's"
+    )
+    p.add_argument("--cluster-json", help="with --edge: the cluster figures from this bench JSON")
+    p.add_argument("--no-cluster", action="store_true", help="with --edge: no cluster figures")
+
+    add_edge_arguments(subs["edge"])
     return parser
 
 

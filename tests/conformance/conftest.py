@@ -15,12 +15,14 @@ import pytest
 from tests.conformance.harness import StoreHarness
 from tests.conformance.memory_harness import open_memory_harness
 from tests.conformance.pg_harness import open_pg_harness
+from tests.conformance.sqlite_harness import open_sqlite_harness
 
 HarnessFactory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[StoreHarness]]
 
 HARNESSES: dict[str, HarnessFactory] = {
     "memory": open_memory_harness,
     "postgres": open_pg_harness,
+    "sqlite": open_sqlite_harness,
 }
 
 

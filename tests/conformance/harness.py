@@ -47,6 +47,13 @@ class RunRow(msgspec.Struct, frozen=True):
 
 
 class StoreHarness(Protocol):
+    leases: bool
+    """The store's capability. True (memory, PostgreSQL): a claim writes a lease fence into
+    the row, hides it from other claimers until it expires, and every write checks owner,
+    token, claim version, expiry and state version. False (the Edge store, one process per
+    file): a claim is a read that hides nothing and never expires (no takeover); writes are
+    fenced by the trigger revision, the state version and the cursor (compare-and-set)."""
+
     @property
     def store(self) -> ScheduleStore: ...
 

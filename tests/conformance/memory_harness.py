@@ -17,6 +17,8 @@ def wall_clock_ms() -> int:
 
 
 class MemoryHarness:
+    leases = True
+
     def __init__(self) -> None:
         self._memory = MemoryStore(wall_clock_ms)
 

@@ -22,6 +22,8 @@ from tests.support.pg import TestDatabase
 
 
 class PgHarness:
+    leases = True
+
     def __init__(self, db: TestDatabase, store: PostgresStore) -> None:
         self.db = db
         self._store = store

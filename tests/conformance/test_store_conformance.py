@@ -52,6 +52,11 @@ def fire_for(claim: Claim, *, coalesced: int = 0) -> FireRequest:
     return fire_request(claim, fire)
 
 
+def fenced_part(harness: StoreHarness) -> str:
+    """A fence part every store checks: the token under a lease, else the state version."""
+    return "token" if harness.leases else "state"
+
+
 def stale(claim: Claim, part: str) -> Claim:
     """The claim with one fence part no longer matching the row (``expiry`` is done by the
     harness, as only the store's clock can pass it)."""
@@ -96,8 +101,8 @@ async def test_claim_order(harness: StoreHarness) -> None:
 
 
 async def test_claim_limit(harness: StoreHarness) -> None:
-    """A claim takes at most ``limit`` rows, the first in claim order; the rest stay for the
-    next claimer."""
+    """A claim takes at most ``limit`` rows, the first in claim order; with leases the rest
+    stay for the next claimer, without (Edge) the next claim reads from the first row again."""
     for i in range(5):
         await add_due(harness, "p", f"t{i}", 10_000 - i)
 
@@ -105,7 +110,8 @@ async def test_claim_limit(harness: StoreHarness) -> None:
     second = await harness.store.claim("r2", 10, LEASE_MS)
 
     assert keys_of(first) == [("p", "t0"), ("p", "t1")]
-    assert keys_of(second) == [("p", "t2"), ("p", "t3"), ("p", "t4")]
+    rest = [("p", "t2"), ("p", "t3"), ("p", "t4")]
+    assert keys_of(second) == (rest if harness.leases else keys_of(first) + rest)
 
 
 async def test_uninitialised_rows_first(harness: StoreHarness) -> None:
@@ -120,8 +126,10 @@ async def test_uninitialised_rows_first(harness: StoreHarness) -> None:
 
 
 async def test_claim_writes_the_fence(harness: StoreHarness) -> None:
-    """A claim sets owner, a new token, ``claim_version + 1``, expiry = claim time + lease and
-    ``state_version + 1``, and returns exactly that fence, the cursor and the spec."""
+    """With leases, a claim sets owner, a new token, ``claim_version + 1``, expiry = claim
+    time + lease and ``state_version + 1``, and returns exactly that fence, the cursor and
+    the spec. Without (Edge), a claim writes nothing and returns the row's state version
+    (its compare-and-set fence), the cursor and the spec."""
     cursor = await add_due(harness, "p", "t", 1_000)
     before = await harness.schedule("p", "t")
     t0 = await harness.now_ms()
@@ -131,6 +139,15 @@ async def test_claim_writes_the_fence(harness: StoreHarness) -> None:
     t1 = await harness.now_ms()
     after = await harness.schedule("p", "t")
     assert t0 <= claim.claimed_at_ms <= t1
+    assert (claim.cron, claim.timezone, claim.misfire_policy) == (EVERY_MINUTE, "UTC", "skip")
+    assert claim.misfire_grace_ms == 60_000
+    if not harness.leases:
+        assert after == before
+        assert claim.state_version == before.state_version
+        assert claim.cursor_ms == cursor
+        assert claim.trigger_revision == before.trigger_revision
+        assert claim.fence.owner == "r1"
+        return
     assert claim.fence.owner == "r1" == after.claim_owner
     assert claim.fence.token == after.claim_token
     assert claim.fence.version == after.claim_version == before.claim_version + 1
@@ -139,14 +156,23 @@ async def test_claim_writes_the_fence(harness: StoreHarness) -> None:
     assert claim.state_version == after.state_version == before.state_version + 1
     assert claim.cursor_ms == cursor == after.next_fire_at_ms
     assert claim.trigger_revision == after.trigger_revision
-    assert (claim.cron, claim.timezone, claim.misfire_policy) == (EVERY_MINUTE, "UTC", "skip")
-    assert claim.misfire_grace_ms == 60_000
 
 
 async def test_valid_claim_is_never_taken(harness: StoreHarness) -> None:
-    """A row under a claim that has not expired is invisible to every other claimer."""
+    """With leases, a row under a claim that has not expired is invisible to every other
+    claimer. Without (Edge), a claim hides nothing: two claims read the same row and only
+    the first write passes the compare-and-set; the other is refused by the state version."""
     await add_due(harness, "p", "t", 1_000)
     [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+    if not harness.leases:
+        [again] = await harness.store.claim("r2", 10, LEASE_MS)
+        assert (again.cursor_ms, again.state_version) == (claim.cursor_ms, claim.state_version)
+        [first] = await harness.store.admit([fire_for(again)])
+        [second] = await harness.store.admit([fire_for(claim)])
+        assert isinstance(first, Admitted)
+        assert second == FenceLost("p", "t", part="state")
+        assert len(await harness.runs()) == 1
+        return
 
     assert await harness.store.claim("r2", 10, LEASE_MS) == []
     assert await harness.store.claim("r1", 10, LEASE_MS) == []
@@ -156,8 +182,17 @@ async def test_valid_claim_is_never_taken(harness: StoreHarness) -> None:
 
 async def test_takeover_only_after_expiry(harness: StoreHarness) -> None:
     """Once the claim's expiry has passed (database time), another replica takes the row
-    under a new token and ``claim_version + 1``; the old holder's fence is dead."""
+    under a new token and ``claim_version + 1``; the old holder's fence is dead. Without
+    leases (Edge) nothing expires and there is no takeover: a claim's fence stays good until
+    the row's state moves, and expiring a claim changes nothing."""
     await add_due(harness, "p", "t", 1_000)
+    if not harness.leases:
+        [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+        await harness.expire_claim("p", "t")
+        [outcome] = await harness.store.admit([fire_for(claim)])
+        assert isinstance(outcome, Admitted)
+        assert len(await harness.runs()) == 1
+        return
     [old] = await harness.store.claim("r1", 10, LEASE_MS)
     assert await harness.store.claim("r2", 10, LEASE_MS) == []
 
@@ -221,8 +256,20 @@ async def test_admit_fire(harness: StoreHarness) -> None:
 @pytest.mark.parametrize("part", ["owner", "token", "version", "expiry", "state"])
 async def test_stale_admit_is_refused_by_part(harness: StoreHarness, part: str) -> None:
     """An admit whose fence fails in one part is refused with FenceLost naming that part
-    (checked in the order owner, token, version, expiry, state) and writes nothing."""
+    (checked in the order owner, token, version, expiry, state) and writes nothing. Without
+    leases (Edge) only the state version is part of the fence: a claim differing in owner,
+    token, claim version or expiry alone is admitted, exactly once."""
     await add_due(harness, "p", "t", 1_000)
+    if not harness.leases and part != "state":
+        [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+        if part == "expiry":
+            await harness.expire_claim("p", "t")
+        else:
+            claim = stale(claim, part)
+        [outcome] = await harness.store.admit([fire_for(claim)])
+        assert isinstance(outcome, Admitted)
+        assert [(r.trigger_id, r.attempts, r.events) for r in await harness.runs()] == [("t", 1, 2)]
+        return
     [claim] = await harness.store.claim("r1", 10, LEASE_MS)
     if part == "expiry":
         await harness.expire_claim("p", "t")
@@ -242,7 +289,8 @@ async def test_stale_claim_writes_are_refused(harness: StoreHarness, verb: str) 
     """Initialize, skip and release check the same fence: a stale one writes nothing."""
     await add_due(harness, "p", "t", 1_000)
     [claim] = await harness.store.claim("r1", 10, LEASE_MS)
-    claim = stale(claim, "token")
+    part = fenced_part(harness)
+    claim = stale(claim, part)
     before = await harness.schedule("p", "t")
 
     outcome: Outcome
@@ -253,7 +301,7 @@ async def test_stale_claim_writes_are_refused(harness: StoreHarness, verb: str) 
     else:
         outcome = await harness.store.release(claim)
 
-    assert outcome == FenceLost("p", "t", part="token")
+    assert outcome == FenceLost("p", "t", part=part)  # type: ignore[arg-type]
     assert await harness.schedule("p", "t") == before
 
 
@@ -273,12 +321,13 @@ async def test_revision_published_between_claim_and_admit(harness: StoreHarness)
     assert row.next_fire_at_ms is None
     assert row.claim_token is None
     assert row.state_version > claim.state_version
-    assert row.claim_version > claim.fence.version
+    if harness.leases:
+        assert row.claim_version > claim.fence.version
 
 
 async def test_republish_clears_claim_and_cursor(harness: StoreHarness) -> None:
     """A re-published revision clears cursor and claim and increments state and claim
-    versions, so the next claimer initialises it."""
+    versions (the state version alone without leases), so the next claimer initialises it."""
     await add_due(harness, "p", "t", 1_000)
     await harness.store.claim("r1", 10, LEASE_MS)
     before = await harness.schedule("p", "t")
@@ -288,7 +337,8 @@ async def test_republish_clears_claim_and_cursor(harness: StoreHarness) -> None:
     row = await harness.schedule("p", "t")
     assert (row.next_fire_at_ms, row.claim_owner, row.claim_token) == (None, None, None)
     assert row.state_version > before.state_version
-    assert row.claim_version > before.claim_version
+    if harness.leases:
+        assert row.claim_version > before.claim_version
     [claim] = await harness.store.claim("r2", 10, LEASE_MS)
     assert (claim.cursor_ms, claim.cron) == (None, "*/5 * * * *")
 
@@ -301,12 +351,13 @@ async def test_batch_admits_the_good_rows_around_a_stale_one(harness: StoreHarne
     claims = await harness.store.claim("r1", 10, LEASE_MS)
     assert keys_of(claims) == [("p", "a"), ("p", "b"), ("p", "c")]
     b_before = await harness.schedule("p", "b")
-    fires = [fire_for(claims[0]), fire_for(stale(claims[1], "token")), fire_for(claims[2])]
+    part = fenced_part(harness)
+    fires = [fire_for(claims[0]), fire_for(stale(claims[1], part)), fire_for(claims[2])]
 
     outcomes = await harness.store.admit(fires)
 
     assert [type(o) for o in outcomes] == [Admitted, FenceLost, Admitted]
-    assert outcomes[1] == FenceLost("p", "b", part="token")
+    assert outcomes[1] == FenceLost("p", "b", part=part)  # type: ignore[arg-type]
     assert [(r.trigger_id, r.attempts, r.events) for r in await harness.runs()] == [
         ("a", 1, 2),
         ("c", 1, 2),
@@ -386,7 +437,9 @@ async def test_release_keeps_the_cursor(harness: StoreHarness) -> None:
     assert (row.claim_owner, row.claim_token, row.claim_expires_at_ms) == (None, None, None)
     assert await harness.runs() == []
     [again] = await harness.store.claim("r2", 10, LEASE_MS)
-    assert again.fence.version == claim.fence.version + 1
+    assert again.cursor_ms == cursor
+    if harness.leases:
+        assert again.fence.version == claim.fence.version + 1
 
 
 # --- reader ---------------------------------------------------------------------------------
@@ -423,7 +476,7 @@ async def test_list_schedules(harness: StoreHarness) -> None:
         "*/5 * * * *",
         "Asia/Shanghai",
         True,
-        "r1",
+        "r1" if harness.leases else None,
     )
     assert b.claim_owner is None
     assert b.now_ms >= t0

@@ -38,7 +38,9 @@ def _loaded_by(package: str) -> list[str]:
     return modules
 
 
-@pytest.mark.parametrize("package", ["qlsched.core", "qlsched.postgres", "qlsched.cluster"])
+@pytest.mark.parametrize(
+    "package", ["qlsched.core", "qlsched.postgres", "qlsched.sqlite", "qlsched.cluster"]
+)
 def test_the_runtime_never_imports_the_tools(package: str) -> None:
     """Rule: importing every module of a runtime package in a fresh interpreter loads
     nothing of ``qlsched.tools``."""

@@ -140,6 +140,10 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.edge:
+        from qlsched.tools.bench.edge import main as edge_main
+
+        return edge_main(args)
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)

@@ -1,0 +1,43 @@
+"""``qlsched edge publish FILE --db PATH``: the cluster's TOML, validated the same way,
+published into the Edge file in one transaction (the file is created when missing)."""
+
+from __future__ import annotations
+
+import argparse
+
+import trio
+
+from qlsched.core.specs import SpecError, decode_publish_file
+from qlsched.sqlite.database import open_checked
+from qlsched.sqlite.publish import PublishResult, publish
+
+
+def run(args: argparse.Namespace, db: str) -> int:
+    try:
+        with open(args.file, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise SpecError(f"{args.file}: {exc.strerror}") from None
+    try:
+        spec = decode_publish_file(raw)  # validate before touching the database
+    except SpecError as exc:
+        raise SpecError(f"{args.file}: {exc}") from None
+
+    async def body() -> PublishResult:
+        database = await trio.to_thread.run_sync(lambda: open_checked(db, create=True, apply=True))
+        try:
+            return await database.call(
+                lambda conn: publish(conn, spec, database.clock(), prune=args.prune)
+            )
+        finally:
+            database.close()
+
+    result = trio.run(body)
+    for kind, items in (
+        ("project", result.projects),
+        ("task", result.tasks),
+        ("trigger", result.triggers),
+    ):
+        for name, change in items.items():
+            print(f"{kind} {name}: {change}")
+    return 0

@@ -1,0 +1,12 @@
+"""The Edge profile's store: one SQLite file, one writer process, no server (DESIGN.md §11).
+
+Layering: ``qlsched.core`` (cron, decide, keys, outcomes), then this package (the SQLite
+adapter, the round loop and its tiny HTTP endpoint), then ``qlsched.commands.edge*``. Nothing
+here imports ``qlsched.postgres``, ``qlsched.cluster``, asyncpg, trio-asyncio or hypercorn
+(a test runs ``qlsched edge run`` in a fresh interpreter and checks ``sys.modules``).
+
+Invariant: a compare-and-set on the durable cursor (trigger revision, state version and
+``next_fire_at_ms``) fences every write, in the same ``BEGIN IMMEDIATE`` transaction as the
+Run, its Attempt and its two events: all or nothing. There is no lease: one process per file
+is enforced by an OS lock (``lock.py``), not by the rows.
+"""

@@ -1,0 +1,277 @@
+"""The Edge scheduler: rounds on one file at a cadence, one process, no lease.
+
+A round reads up to ``claim_budget`` due rows (a read, ``SqliteStore.claim``), decides each
+with ``core.decide`` on the read's time, and writes every Fire, Initialize and Skip in one
+transaction (``SqliteStore.commit``), each fenced by its cursor compare-and-set. Rounds never
+overlap; a round that filled its budget and wrote something is followed at once by the next
+(catch-up). Stop is graceful by construction: a round's transaction runs in a worker thread
+that is never abandoned, so a stop between rounds or after the current one loses nothing.
+
+Ownership: ``run`` is the only task; it owns no nursery. Authority: the file decides every
+write (the compare-and-set); this process's clock is the profile's only clock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import OrderedDict
+from typing import Final
+from zoneinfo import ZoneInfoNotFoundError
+
+import msgspec
+import trio
+
+from qlsched.core.config import BOUNDS, CLAIM_BUDGET_HARD_CAP, ConfigError
+from qlsched.core.cron import CronError, parse_cron
+from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.keys import fire_request
+from qlsched.core.outcomes import (
+    Admitted,
+    Fire,
+    Initialize,
+    Initialized,
+    NotDue,
+    Outcome,
+    Skip,
+    Skipped,
+    outcome_code,
+)
+from qlsched.sqlite.errors import EdgeDatabaseError
+from qlsched.sqlite.store import Settle, SqliteStore
+
+NOMINAL_LEASE_MS: Final = 30_000
+"""Recorded in a claim's nominal fence only; nothing expires on the Edge."""
+SPEC_CACHE_SIZE: Final = 1024
+TICK_SLACK_MS: Final = 2
+LAG_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_POLICIES: Final[dict[str, MisfirePolicy]] = {"skip": "skip", "fire_once": "fire_once"}
+
+
+class EdgeSettings(msgspec.Struct, frozen=True):
+    cadence_ms: int = 1_000
+    claim_budget: int = 256
+    """Rows per round. Larger than the cluster's 16: one writer has no lease to contend
+    for, and each round costs one fsync, so bigger rounds drain a burst with fewer."""
+    owner: str = ""
+
+    def validated(self) -> EdgeSettings:
+        """The settings with an owner, or ``ConfigError`` (exit 2) naming the bad option."""
+        for name in ("cadence_ms", "claim_budget"):
+            low, high = BOUNDS[name]
+            value = getattr(self, name)
+            if not low <= value <= high:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag}={value} is out of bounds {low}..{high}")
+        owner = self.owner or f"edge-{socket.gethostname()}-{os.getpid()}"
+        return msgspec.structs.replace(self, owner=owner)
+
+
+class RoundStats(msgspec.Struct, frozen=True):
+    claimed: int = 0
+    written: int = 0
+    admitted: int = 0
+
+
+class EdgeMetrics:
+    """Counters of one scheduler, rendered in the Prometheus text format (no client library:
+    the Edge process stays small)."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.round_failures = 0
+        self.claimed = 0
+        self.outcomes: dict[str, int] = {}
+        self.skipped_occurrences = 0
+        self.coalesced_occurrences = 0
+        self.invalid_specs = 0
+        self.lag_buckets = [0] * len(LAG_BUCKETS_S)
+        self.lag_count = 0
+        self.lag_sum_s = 0.0
+        self.round_seconds_sum = 0.0
+
+    def observe_lag(self, lag_ms: int) -> None:
+        lag_s = max(0, lag_ms) / 1000
+        for i, bound in enumerate(LAG_BUCKETS_S):
+            if lag_s <= bound:
+                self.lag_buckets[i] += 1
+        self.lag_count += 1
+        self.lag_sum_s += lag_s
+
+    def render(self, backlog: int | None) -> str:
+        lines = [
+            "# TYPE qlsched_edge_rounds_total counter",
+            f"qlsched_edge_rounds_total {self.rounds}",
+            "# TYPE qlsched_edge_round_failures_total counter",
+            f"qlsched_edge_round_failures_total {self.round_failures}",
+            "# TYPE qlsched_edge_round_seconds_total counter",
+            f"qlsched_edge_round_seconds_total {self.round_seconds_sum:.6f}",
+            "# TYPE qlsched_edge_claims_total counter",
+            f"qlsched_edge_claims_total {self.claimed}",
+            "# TYPE qlsched_edge_outcomes_total counter",
+        ]
+        lines += [
+            f'qlsched_edge_outcomes_total{{outcome="{code}"}} {n}'
+            for code, n in sorted(self.outcomes.items())
+        ]
+        lines += [
+            "# TYPE qlsched_edge_skipped_total counter",
+            f"qlsched_edge_skipped_total {self.skipped_occurrences}",
+            "# TYPE qlsched_edge_coalesced_total counter",
+            f"qlsched_edge_coalesced_total {self.coalesced_occurrences}",
+            "# TYPE qlsched_edge_invalid_specs_total counter",
+            f"qlsched_edge_invalid_specs_total {self.invalid_specs}",
+            "# TYPE qlsched_edge_schedule_lag_seconds histogram",
+        ]
+        lines += [
+            f'qlsched_edge_schedule_lag_seconds_bucket{{le="{bound}"}} {n}'
+            for bound, n in zip(LAG_BUCKETS_S, self.lag_buckets, strict=True)
+        ]
+        lines += [
+            f'qlsched_edge_schedule_lag_seconds_bucket{{le="+Inf"}} {self.lag_count}',
+            f"qlsched_edge_schedule_lag_seconds_sum {self.lag_sum_s:.3f}",
+            f"qlsched_edge_schedule_lag_seconds_count {self.lag_count}",
+        ]
+        if backlog is not None:
+            lines += ["# TYPE qlsched_edge_backlog gauge", f"qlsched_edge_backlog {backlog}"]
+        return "\n".join(lines) + "\n"
+
+
+_SpecKey = tuple[str, str, str, int]
+
+
+class EdgeScheduler:
+    """Rounds against one ``SqliteStore``. Ownership: borrows the store; holds no task."""
+
+    def __init__(self, store: SqliteStore, settings: EdgeSettings, sink: DiagnosticSink) -> None:
+        self.store = store
+        self.settings = settings.validated()
+        self.sink = sink
+        self.metrics = EdgeMetrics()
+        self.ready = False
+        """True while rounds run (``/readyz``); False before the first and once stopping."""
+        self._specs: OrderedDict[_SpecKey, TriggerSpec | None] = OrderedDict()
+
+    def _spec(self, claim: Claim) -> TriggerSpec | None:
+        key = (claim.cron, claim.timezone, claim.misfire_policy, claim.misfire_grace_ms)
+        if key in self._specs:
+            self._specs.move_to_end(key)
+            return self._specs[key]
+        spec: TriggerSpec | None = None
+        policy = _POLICIES.get(claim.misfire_policy)
+        if policy is not None and 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
+            try:
+                cron = parse_cron(claim.cron, claim.timezone)
+            except (CronError, ZoneInfoNotFoundError):
+                cron = None  # publish validates both: a corrupt revision, fail closed
+            if cron is not None:
+                spec = TriggerSpec(
+                    cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms
+                )
+        self._specs[key] = spec
+        if len(self._specs) > SPEC_CACHE_SIZE:
+            self._specs.popitem(last=False)
+        return spec
+
+    async def run_round(self) -> RoundStats:
+        """Read, decide, write: one round.
+
+        Raises:
+            EdgeDatabaseError: the read or the write failed; nothing of the round was written.
+        """
+        started = trio.current_time()
+        claims = await self.store.claim(
+            self.settings.owner, self.settings.claim_budget, NOMINAL_LEASE_MS
+        )
+        fires: list[FireRequest] = []
+        settles: list[Settle] = []
+        for claim in claims:
+            spec = self._spec(claim)
+            if spec is None:
+                self.metrics.invalid_specs += 1
+                self.sink.emit(
+                    Diagnostic(
+                        code="spec_invalid",
+                        project_id=claim.project_id,
+                        trigger_id=claim.trigger_id,
+                    )
+                )
+                continue
+            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+            match decision:
+                case Fire():
+                    fires.append(fire_request(claim, decision))
+                case Initialize() | Skip():
+                    settles.append((claim, decision))
+                case NotDue():
+                    pass  # the read filters on the cursor: only a clock step back gets here
+        outcomes = await self.store.commit(fires, settles)
+        admitted = self._tally(outcomes)
+        self.metrics.rounds += 1
+        self.metrics.claimed += len(claims)
+        self.metrics.round_seconds_sum += trio.current_time() - started
+        return RoundStats(claimed=len(claims), written=len(outcomes), admitted=admitted)
+
+    def _tally(self, outcomes: list[Outcome]) -> int:
+        admitted = 0
+        counts = self.metrics.outcomes
+        for outcome in outcomes:
+            code = outcome_code(outcome)
+            counts[code] = counts.get(code, 0) + 1
+            match outcome:
+                case Admitted():
+                    admitted += 1
+                    self.metrics.observe_lag(outcome.admitted_at_ms - outcome.scheduled_for_ms)
+                case Skipped():
+                    self.metrics.skipped_occurrences += outcome.skipped
+                case Initialized():
+                    pass
+                case _:
+                    self.sink.emit(
+                        Diagnostic(
+                            code=code,
+                            project_id=outcome.project_id,
+                            trigger_id=outcome.trigger_id,
+                            part=getattr(outcome, "part", None),
+                        )
+                    )
+        return admitted
+
+    def _until_tick_s(self) -> float:
+        """Seconds to the next cadence tick on the wall clock's grid, plus a little slack:
+        occurrences fall on whole seconds, so a round aligned to them admits an occurrence
+        within milliseconds instead of half a cadence late on average."""
+        cadence = self.settings.cadence_ms
+        return (cadence - self.store.clock() % cadence + TICK_SLACK_MS) / 1000
+
+    async def run(
+        self, stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run rounds at the cadence until ``stop`` is set; the current round completes.
+
+        Raises:
+            EdgeDatabaseError: a fatal storage failure (a full disk, a read-only or corrupt
+                file); transient ones (a lock held past the busy timeout) are reported and
+                the next round tries again.
+        """
+        budget = min(self.settings.claim_budget, CLAIM_BUDGET_HARD_CAP)
+        self.ready = True
+        task_status.started()
+        try:
+            while not stop.is_set():
+                try:
+                    stats = await self.run_round()
+                except EdgeDatabaseError as exc:
+                    self.metrics.round_failures += 1
+                    self.sink.emit(Diagnostic(code="round_failed", exception=exc.code))
+                    if exc.fatal:
+                        raise
+                    stats = RoundStats()
+                if stats.claimed >= budget and stats.written > 0:
+                    continue
+                with trio.move_on_after(self._until_tick_s()):
+                    await stop.wait()
+        finally:
+            self.ready = False

@@ -1,0 +1,77 @@
+-- name: due_rows
+-- A round's read (no write, no lease): active rows due at ?1 or uninitialised, in claim order,
+-- with the spec a decision needs. ?1 now ms, ?2 limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_fire_at_ms,
+       t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms, t.content_digest,
+       t.task_id, t.task_revision, t.execution_revision_id
+  FROM trigger_schedules AS s
+  JOIN triggers AS t
+    ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+   AND t.revision = s.trigger_revision
+ WHERE s.active = 1 AND coalesce(s.next_fire_at_ms, -1) <= ?1
+ ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+ LIMIT ?2;
+
+-- name: execution_check
+-- The pinned execution revision a round's Runs will carry, with its task's current revision
+-- (the digest is re-computed from the payload). ?1 execution revision id.
+SELECT e.executor_kind, e.payload, e.digest, e.task_revision, k.revision
+  FROM execution_revisions AS e
+  LEFT JOIN tasks AS k ON k.project_id = e.project_id AND k.task_id = e.task_id
+ WHERE e.execution_revision_id = ?1;
+
+-- name: schedule_advance
+-- The compare-and-set: moves the cursor only if revision, state version and cursor are the
+-- ones the round read. ?1 project, ?2 trigger, ?3 revision, ?4 state version, ?5 read cursor,
+-- ?6 next cursor, ?7 scheduled_for (NULL keeps it), ?8 skipped, ?9 coalesced, ?10 now ms.
+UPDATE trigger_schedules
+   SET next_fire_at_ms = ?6,
+       last_scheduled_at_ms = coalesce(?7, last_scheduled_at_ms),
+       state_version = state_version + 1,
+       skipped_total = skipped_total + ?8,
+       coalesced_total = coalesced_total + ?9,
+       updated_at_ms = max(updated_at_ms, ?10)
+ WHERE project_id = ?1 AND trigger_id = ?2 AND trigger_revision = ?3
+   AND state_version = ?4 AND next_fire_at_ms IS ?5 AND active = 1;
+
+-- name: schedule_observe
+-- A refused write's row, to name what moved. ?1 project, ?2 trigger.
+SELECT s.trigger_revision, s.state_version, s.next_fire_at_ms, s.active, p.state, t.enabled
+  FROM trigger_schedules AS s
+  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+  JOIN projects AS p ON p.project_id = s.project_id
+ WHERE s.project_id = ?1 AND s.trigger_id = ?2;
+
+-- name: run_insert
+-- The queued Run, with the round's fence. ?1 run, ?2 project, ?3 trigger, ?4 revision, ?5 task,
+-- ?6 task revision, ?7 execution revision, ?8 scheduled_for, ?9 key, ?10 now, ?11 owner,
+-- ?12 token, ?13 state version.
+INSERT INTO runs (run_id, project_id, trigger_id, trigger_revision, task_id, task_revision,
+                  execution_revision_id, scheduled_for_ms, idempotency_key, state, owner,
+                  queued_at_ms, cancel_requested, created_at_ms, admitted_by_owner,
+                  admitted_claim_token, admitted_claim_version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', 'runtime', ?10, 0, ?10, ?11, ?12, ?13);
+
+-- name: attempt_insert
+-- The pristine claimed remote_worker Attempt. ?1 attempt, ?2 run, ?3 now ms.
+INSERT INTO attempts (attempt_id, run_id, attempt_no, executor_kind, state, created_at_ms)
+VALUES (?1, ?2, 1, 'remote_worker', 'claimed', ?3);
+
+-- name: events_insert
+-- run.created then run.queued. ?1 event 1, ?2 event 2, ?3 run, ?4 now ms, ?5 actor.
+INSERT INTO run_events (event_id, run_id, seq, type, at_ms, actor)
+VALUES (?1, ?3, 1, 'run.created', ?4, ?5), (?2, ?3, 2, 'run.queued', ?4, ?5);
+
+-- name: due_backlog
+-- Active rows due now or uninitialised: the backlog gauge. ?1 now ms.
+SELECT count(*) FROM trigger_schedules
+ WHERE active = 1 AND coalesce(next_fire_at_ms, -1) <= ?1;
+
+-- name: schedules_list
+-- Status and metrics. ?1 limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
+       s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total
+  FROM trigger_schedules AS s
+  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT ?1;

@@ -1,0 +1,92 @@
+"""``edge status``: what the file holds, read in one read transaction (no lock taken)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import msgspec
+
+from qlsched.core.store import ScheduleView
+from qlsched.sqlite.lock import lock_path
+from qlsched.sqlite.queries import query
+
+
+class RecentRun(msgspec.Struct, frozen=True):
+    project_id: str
+    trigger_id: str
+    scheduled_for_ms: int
+    state: str
+    queued_at_ms: int | None
+    admitted_by_owner: str
+
+
+class EdgeStatus(msgspec.Struct, frozen=True):
+    path: str
+    now_ms: int
+    scheduler_pid: int | None
+    """The pid of the ``edge run`` holding the file, if one is alive."""
+    due_backlog: int
+    runs_total: int
+    schedules: list[ScheduleView]
+    recent_runs: list[RecentRun]
+
+
+def scheduler_pid(db_path: str) -> int | None:
+    """The pid the run lock's sidecar names, if that process is alive (a SIGKILLed holder
+    leaves its pid behind but not its lock; a dead pid is not reported)."""
+    try:
+        with open(lock_path(db_path), encoding="ascii", errors="replace") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def read_status(
+    conn: sqlite3.Connection, path: str, now_ms: int, *, limit: int = 1000, recent: int = 10
+) -> EdgeStatus:
+    """Blocking: one read transaction, so the figures are one snapshot of the file."""
+    conn.execute(query("begin_read"))
+    try:
+        schedules = [
+            ScheduleView(
+                project_id=r[0],
+                trigger_id=r[1],
+                trigger_revision=r[2],
+                active=bool(r[3]),
+                cron=r[4],
+                timezone=r[5],
+                next_fire_at_ms=r[6],
+                last_scheduled_at_ms=r[7],
+                claim_owner=None,
+                claim_expires_at_ms=None,
+                skipped_total=r[8],
+                coalesced_total=r[9],
+                now_ms=now_ms,
+            )
+            for r in conn.execute(query("schedules_list"), (limit,))
+        ]
+        backlog = int(conn.execute(query("due_backlog"), (now_ms,)).fetchone()[0])
+        total = int(conn.execute(query("runs_count")).fetchone()[0])
+        runs = [RecentRun(*r) for r in conn.execute(query("runs_recent"), (recent,))]
+    finally:
+        conn.execute(query("rollback"))
+    return EdgeStatus(
+        path=path,
+        now_ms=now_ms,
+        scheduler_pid=scheduler_pid(path),
+        due_backlog=backlog,
+        runs_total=total,
+        schedules=schedules,
+        recent_runs=runs,
+    )

@@ -1,0 +1,410 @@
+"""The Edge store: ``core.store``'s port over one SQLite file, fenced by a cursor
+compare-and-set instead of a lease.
+
+A claim is a read: it writes nothing, so it holds nothing (one process per file, ``lock.py``,
+is what keeps a second scheduler away). Its fence is nominal: the owner, a token per claim
+call and the row's ``state_version`` as the version, recorded on the Run for the audit. Every
+write (``commit``: admits, initializes, skips) runs in one ``BEGIN IMMEDIATE`` transaction
+and moves a cursor only ``WHERE trigger_revision = ? AND state_version = ? AND
+next_fire_at_ms IS ?`` (and the row is active), in the same transaction as the Run, its
+claimed Attempt and its two events, inserted in one batch per table. A constraint failing
+anywhere redoes the round row by row, each in a savepoint, so that row alone is left out
+(``StoreFailed``); any other SQLite failure undoes the whole round and raises
+``EdgeDatabaseError``. The pinned execution revision is re-verified (digest re-computed)
+once per revision and round.
+
+Capability (the conformance suite reads it): ``leases = False``. A claim hides no row from the
+next claim, there is no expiry and no takeover, and owner, token and claim version are not
+part of the fence; revision, state version and cursor are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+from qlsched.core.fence import Claim, ClaimFence, FireRequest
+from qlsched.core.outcomes import (
+    Admitted,
+    DigestInvalid,
+    DigestPart,
+    FenceLost,
+    Inactive,
+    Initialize,
+    Initialized,
+    Outcome,
+    Released,
+    RevisionChanged,
+    RevisionPart,
+    Skip,
+    Skipped,
+    StoreFailed,
+)
+from qlsched.core.specs import EXECUTOR
+from qlsched.core.store import ScheduleView
+from qlsched.sqlite.database import EdgeDatabase, rollback
+from qlsched.sqlite.errors import error_code
+from qlsched.sqlite.queries import query
+
+Settle = tuple[Claim, Initialize | Skip]
+"""A decision that moves the cursor without a Run."""
+
+
+def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
+    """Why the compare-and-set touched no row, naming what moved."""
+    p, t = claim.project_id, claim.trigger_id
+    row = conn.execute(query("schedule_observe"), (p, t)).fetchone()
+    if row is None:
+        return FenceLost(p, t, part="missing")
+    revision, state_version, cursor, active, project_state, enabled = row
+    if revision != claim.trigger_revision:
+        return RevisionChanged(p, t, part="trigger")
+    if project_state != "active":
+        return Inactive(p, t, reason="project_archived")
+    if not enabled or not active:
+        return Inactive(p, t, reason="trigger_disabled")
+    if state_version != claim.state_version:
+        return FenceLost(p, t, part="state")
+    if cursor != claim.cursor_ms:
+        return RevisionChanged(p, t, part="cursor")
+    return FenceLost(p, t, part="state")
+
+
+def _execution_fault(conn: sqlite3.Connection, claim: Claim) -> DigestPart | RevisionPart | None:
+    """What is wrong with the execution revision ``claim`` pins, or None: its digest is
+    re-computed from the payload, its executor checked, its task revision still current.
+
+    The rest of what the Run pins (trigger revision and digest, task revision, project and
+    trigger active) is fixed by the trigger revision, which the compare-and-set checks:
+    publish moves it whenever any of them changes.
+    """
+    row = conn.execute(query("execution_check"), (str(claim.execution_revision_id),)).fetchone()
+    if row is None:
+        return "execution"
+    executor, payload, digest, task_revision, task_now = row
+    if task_revision != claim.task_revision or task_now != task_revision:
+        return "task"
+    if hashlib.sha256(payload.encode("utf-8")).hexdigest() != digest:
+        return "execution"
+    if executor != EXECUTOR:
+        return "executor"
+    return None
+
+
+def _advance(
+    conn: sqlite3.Connection,
+    claim: Claim,
+    next_ms: int,
+    scheduled_for_ms: int | None,
+    skipped: int,
+    coalesced: int,
+    now_ms: int,
+) -> bool:
+    cursor = conn.execute(
+        query("schedule_advance"),
+        (
+            claim.project_id,
+            claim.trigger_id,
+            claim.trigger_revision,
+            claim.state_version,
+            claim.cursor_ms,
+            next_ms,
+            scheduled_for_ms,
+            skipped,
+            coalesced,
+            now_ms,
+        ),
+    )
+    return cursor.rowcount == 1
+
+
+RunRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+
+
+class _Round:
+    """One ``commit``'s writes inside its transaction. The execution revision checks are
+    made once per revision, not once per Run."""
+
+    def __init__(self, conn: sqlite3.Connection, now_ms: int) -> None:
+        self.conn = conn
+        self.now_ms = now_ms
+        self._faults: dict[tuple[uuid.UUID, int], DigestPart | RevisionPart | None] = {}
+
+    def advance_fire(self, fire: FireRequest) -> Outcome | None:
+        """Verify a Fire and move its cursor (compare-and-set); None when it moved."""
+        claim = fire.claim
+        p, t = claim.project_id, claim.trigger_id
+        if claim.cursor_ms != fire.scheduled_for_ms:
+            return RevisionChanged(p, t, part="cursor")
+        key = (claim.execution_revision_id, claim.task_revision)
+        if key not in self._faults:
+            self._faults[key] = _execution_fault(self.conn, claim)
+        match self._faults[key]:
+            case None:
+                pass
+            case "task":
+                return RevisionChanged(p, t, part="task")
+            case "executor":
+                return DigestInvalid(p, t, part="executor")
+            case _:
+                return DigestInvalid(p, t, part="execution")
+        moved = _advance(
+            self.conn, claim, fire.next_ms, fire.scheduled_for_ms, 0, fire.coalesced, self.now_ms
+        )
+        return None if moved else _refusal(self.conn, claim)
+
+    def rows(self, fire: FireRequest) -> RunRows:
+        """The Run, Attempt and events rows of an admitted Fire."""
+        claim, now = fire.claim, self.now_ms
+        run_id = str(fire.run_id)
+        run = (
+            run_id,
+            claim.project_id,
+            claim.trigger_id,
+            claim.trigger_revision,
+            claim.task_id,
+            claim.task_revision,
+            str(claim.execution_revision_id),
+            fire.scheduled_for_ms,
+            fire.idempotency_key,
+            now,
+            claim.fence.owner,
+            str(claim.fence.token),
+            claim.fence.version,
+        )
+        attempt = (str(fire.attempt_id), run_id, now)
+        events = (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner)
+        return run, attempt, events
+
+    def insert(self, rows: Sequence[RunRows]) -> None:
+        """Insert admitted Runs with their Attempts and events, one batch per table."""
+        if rows:
+            self.conn.executemany(query("run_insert"), [r[0] for r in rows])
+            self.conn.executemany(query("attempt_insert"), [r[1] for r in rows])
+            self.conn.executemany(query("events_insert"), [r[2] for r in rows])
+
+    def admitted(self, fire: FireRequest) -> Admitted:
+        claim = fire.claim
+        return Admitted(
+            claim.project_id,
+            claim.trigger_id,
+            run_id=fire.run_id,
+            attempt_id=fire.attempt_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            idempotency_key=fire.idempotency_key,
+            admitted_at_ms=self.now_ms,
+        )
+
+
+def _settle_one(
+    conn: sqlite3.Connection, claim: Claim, decision: Initialize | Skip, now_ms: int
+) -> Outcome:
+    p, t = claim.project_id, claim.trigger_id
+    if isinstance(decision, Initialize):
+        if not _advance(conn, claim, decision.next_ms, None, 0, 0, now_ms):
+            return _refusal(conn, claim)
+        return Initialized(p, t, next_ms=decision.next_ms)
+    if not _advance(conn, claim, decision.next_ms, None, decision.skipped, 0, now_ms):
+        return _refusal(conn, claim)
+    return Skipped(p, t, next_ms=decision.next_ms, skipped=decision.skipped)
+
+
+_DONE = (Admitted, Initialized, Skipped)
+
+
+class SqliteStore:
+    """``ScheduleStore`` and ``ScheduleReader`` over one Edge file.
+
+    Ownership: borrows ``db``; its opener closes it.
+    """
+
+    leases: Final = False
+    """Claims are reads: no lease, no expiry, no takeover (see the module docstring)."""
+
+    def __init__(self, db: EdgeDatabase) -> None:
+        self._db = db
+
+    def clock(self) -> int:
+        """The store's clock (epoch ms): the time its reads and writes are decided on."""
+        return self._db.clock()
+
+    # --- the round --------------------------------------------------------------------
+
+    async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
+        """Read up to ``limit`` due or uninitialised active rows in claim order (no write)."""
+        return await self._db.call(lambda conn: self._claim(conn, owner, limit, lease_ms))
+
+    def _claim(
+        self, conn: sqlite3.Connection, owner: str, limit: int, lease_ms: int
+    ) -> list[Claim]:
+        now = self._db.clock()
+        token = uuid.uuid4()
+        return [
+            Claim(
+                project_id=r[0],
+                trigger_id=r[1],
+                trigger_revision=r[2],
+                state_version=r[3],
+                fence=ClaimFence(
+                    owner=owner, token=token, version=r[3], expires_at_ms=now + lease_ms
+                ),
+                cursor_ms=r[4],
+                claimed_at_ms=now,
+                cron=r[5],
+                timezone=r[6],
+                misfire_policy=r[7],
+                misfire_grace_ms=r[8],
+                trigger_digest=r[9],
+                task_id=r[10],
+                task_revision=r[11],
+                execution_revision_id=uuid.UUID(r[12]),
+            )
+            for r in conn.execute(query("due_rows"), (now, limit))
+        ]
+
+    async def commit(
+        self, fires: Sequence[FireRequest], settles: Sequence[Settle] = ()
+    ) -> list[Outcome]:
+        """Write a round in one transaction: the Fires' Runs (with their cursors), then the
+        settles; one outcome per write, Fires first, each in request order.
+
+        Raises:
+            EdgeDatabaseError: SQLite failed outside a single row (a full disk, a read-only
+                file): nothing of the round was written.
+        """
+        return await self._db.call(lambda conn: self._commit(conn, fires, settles))
+
+    def _commit(
+        self,
+        conn: sqlite3.Connection,
+        fires: Sequence[FireRequest],
+        settles: Sequence[Settle],
+    ) -> list[Outcome]:
+        if not fires and not settles:
+            return []
+        conn.execute(query("begin_immediate"))
+        now = self._db.clock()
+        try:
+            outcomes = self._write_batched(_Round(conn, now), fires, settles)
+        except sqlite3.IntegrityError:
+            # A constraint failed somewhere in the batch: redo the round row by row, each in
+            # a savepoint, so that row alone is left out (StoreFailed) and the rest commit.
+            rollback(conn)
+            conn.execute(query("begin_immediate"))
+            outcomes = self._write_each(_Round(conn, now), fires, settles)
+        conn.execute(query("commit"))
+        return outcomes
+
+    @staticmethod
+    def _write_batched(
+        r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
+    ) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        rows: list[RunRows] = []
+        for fire in fires:
+            refused = r.advance_fire(fire)
+            if refused is None:
+                rows.append(r.rows(fire))
+                outcomes.append(r.admitted(fire))
+            else:
+                outcomes.append(refused)
+        r.insert(rows)
+        outcomes.extend(_settle_one(r.conn, c, d, r.now_ms) for c, d in settles)
+        return outcomes
+
+    @staticmethod
+    def _write_each(
+        r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
+    ) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        writes: list[tuple[Claim, FireRequest | Initialize | Skip]] = [(f.claim, f) for f in fires]
+        writes.extend(settles)
+        for claim, write in writes:
+            r.conn.execute(query("savepoint"))
+            outcome: Outcome
+            try:
+                if isinstance(write, FireRequest):
+                    refused = r.advance_fire(write)
+                    if refused is None:
+                        r.insert([r.rows(write)])
+                        outcome = r.admitted(write)
+                    else:
+                        outcome = refused
+                else:
+                    outcome = _settle_one(r.conn, claim, write, r.now_ms)
+            except sqlite3.IntegrityError as exc:
+                outcome = StoreFailed(
+                    claim.project_id,
+                    claim.trigger_id,
+                    sqlstate=error_code(exc),
+                    exception=type(exc).__name__,
+                )
+            if not isinstance(outcome, _DONE):
+                r.conn.execute(query("savepoint_rollback"))
+            r.conn.execute(query("savepoint_release"))
+            outcomes.append(outcome)
+        return outcomes
+
+    async def admit(self, fires: Sequence[FireRequest]) -> list[Outcome]:
+        """Admit a round's Fires together; one outcome per request, in request order."""
+        return await self.commit(fires)
+
+    async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
+        [outcome] = await self.commit((), [(claim, Initialize(next_ms=next_ms))])
+        return outcome
+
+    async def skip(self, claim: Claim, decision: Skip) -> Outcome:
+        [outcome] = await self.commit((), [(claim, decision)])
+        return outcome
+
+    async def release(self, claim: Claim) -> Outcome:
+        """Nothing to clear (a claim wrote nothing): reports whether the claim still holds."""
+
+        def check(conn: sqlite3.Connection) -> Outcome:
+            row = conn.execute(query("schedule_observe"), (claim.project_id, claim.trigger_id))
+            observed = row.fetchone()
+            if observed is not None and (observed[0], observed[1], observed[2], observed[3]) == (
+                claim.trigger_revision,
+                claim.state_version,
+                claim.cursor_ms,
+                1,
+            ):
+                return Released(claim.project_id, claim.trigger_id)
+            return _refusal(conn, claim)
+
+        return await self._db.call(check)
+
+    # --- the reader -------------------------------------------------------------------
+
+    async def due_backlog(self) -> int:
+        def count(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(query("due_backlog"), (self._db.clock(),)).fetchone()[0])
+
+        return await self._db.call(count)
+
+    async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
+        def read(conn: sqlite3.Connection) -> list[ScheduleView]:
+            now = self._db.clock()
+            return [
+                ScheduleView(
+                    project_id=r[0],
+                    trigger_id=r[1],
+                    trigger_revision=r[2],
+                    active=bool(r[3]),
+                    cron=r[4],
+                    timezone=r[5],
+                    next_fire_at_ms=r[6],
+                    last_scheduled_at_ms=r[7],
+                    claim_owner=None,
+                    claim_expires_at_ms=None,
+                    skipped_total=r[8],
+                    coalesced_total=r[9],
+                    now_ms=now,
+                )
+                for r in conn.execute(query("schedules_list"), (limit,))
+            ]
+
+        return await self._db.call(read)

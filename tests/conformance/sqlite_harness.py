@@ -1,0 +1,166 @@
+"""The conformance harness over the Edge store (``qlsched.sqlite``), on a fresh file per test.
+
+Triggers go through the Edge publisher; the test-side move of a cursor is a direct UPDATE
+on the file, as the PostgreSQL harness does it as superuser. Capability ``leases = False``:
+an Edge claim is a read, so the suite checks the cursor compare-and-set where the other
+stores are checked for their lease (see ``harness.StoreHarness.leases``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.sqlite.database import EdgeDatabase, open_checked
+from qlsched.sqlite.publish import publish
+from qlsched.sqlite.store import SqliteStore
+from tests.conformance.harness import RunRow, ScheduleRow
+
+RUNS = """
+SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms, r.idempotency_key,
+       (SELECT count(*) FROM attempts AS a WHERE a.run_id = r.run_id),
+       (SELECT count(*) FROM run_events AS e WHERE e.run_id = r.run_id),
+       r.admitted_by_owner, r.admitted_claim_token, r.admitted_claim_version
+  FROM runs AS r ORDER BY r.project_id, r.trigger_id, r.scheduled_for_ms
+"""
+SCHEDULE = """
+SELECT trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, skipped_total,
+       coalesced_total
+  FROM trigger_schedules WHERE project_id = ? AND trigger_id = ?
+"""
+SET_CURSOR = (
+    "UPDATE trigger_schedules SET next_fire_at_ms = ? WHERE project_id = ? AND trigger_id = ?"
+)
+
+
+class SqliteHarness:
+    leases = False
+
+    def __init__(self, db: EdgeDatabase) -> None:
+        self.db = db
+        self._store = SqliteStore(db)
+        self._triggers: dict[tuple[str, str], TriggerEntry] = {}
+
+    @property
+    def store(self) -> SqliteStore:
+        return self._store
+
+    @property
+    def reader(self) -> SqliteStore:
+        return self._store
+
+    async def _publish(self) -> None:
+        projects = sorted({p for p, _ in self._triggers})
+        spec = PublishFile(
+            projects=[ProjectEntry(id=p) for p in projects],
+            tasks=[TaskEntry(project=p, id="task", command="true") for p in projects],
+            triggers=list(self._triggers.values()),
+        )
+        await self.db.call(lambda conn: publish(conn, spec, self.db.clock()))
+
+    async def add_trigger(
+        self,
+        project_id: str,
+        trigger_id: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        misfire_policy: str = "skip",
+        misfire_grace_ms: int = 60_000,
+        enabled: bool = True,
+    ) -> None:
+        self._triggers[(project_id, trigger_id)] = TriggerEntry(
+            project=project_id,
+            id=trigger_id,
+            task="task",
+            cron=cron,
+            timezone=timezone,
+            misfire=misfire_policy,  # type: ignore[arg-type]
+            misfire_grace_ms=misfire_grace_ms,
+            enabled=enabled,
+        )
+        await self._publish()
+
+    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
+        old = self._triggers[(project_id, trigger_id)]
+        self._triggers[(project_id, trigger_id)] = TriggerEntry(
+            project=old.project,
+            id=old.id,
+            task=old.task,
+            cron=cron,
+            timezone=old.timezone,
+            misfire=old.misfire,
+            misfire_grace_ms=old.misfire_grace_ms,
+            enabled=old.enabled,
+        )
+        await self._publish()
+
+    async def now_ms(self) -> int:
+        return self.db.clock()
+
+    async def set_cursor(
+        self, project_id: str, trigger_id: str, next_fire_at_ms: int | None
+    ) -> None:
+        def move(conn: sqlite3.Connection) -> None:
+            conn.execute(SET_CURSOR, (next_fire_at_ms, project_id, trigger_id))
+
+        await self.db.call(move)
+
+    async def expire_claim(self, project_id: str, trigger_id: str) -> None:
+        """Nothing to expire: an Edge claim is a read and leaves no lease in the row."""
+
+    async def schedule(self, project_id: str, trigger_id: str) -> ScheduleRow:
+        def read(conn: sqlite3.Connection) -> ScheduleRow:
+            r = conn.execute(SCHEDULE, (project_id, trigger_id)).fetchone()
+            return ScheduleRow(
+                trigger_revision=r[0],
+                next_fire_at_ms=r[1],
+                last_scheduled_at_ms=r[2],
+                state_version=r[3],
+                claim_owner=None,
+                claim_token=None,
+                claim_version=0,
+                claim_expires_at_ms=None,
+                skipped_total=r[4],
+                coalesced_total=r[5],
+            )
+
+        return await self.db.call(read)
+
+    async def runs(self) -> list[RunRow]:
+        def read(conn: sqlite3.Connection) -> list[RunRow]:
+            return [
+                RunRow(
+                    project_id=r[0],
+                    trigger_id=r[1],
+                    trigger_revision=r[2],
+                    scheduled_for_ms=r[3],
+                    idempotency_key=r[4],
+                    attempts=r[5],
+                    events=r[6],
+                    admitted_by_owner=r[7],
+                    admitted_claim_token=uuid.UUID(r[8]),
+                    admitted_claim_version=r[9],
+                )
+                for r in conn.execute(RUNS)
+            ]
+
+        return await self.db.call(read)
+
+
+@asynccontextmanager
+async def open_sqlite_harness(request: pytest.FixtureRequest) -> AsyncIterator[SqliteHarness]:
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    path = str(tmp_path / "edge.sqlite3")
+    db = await trio.to_thread.run_sync(lambda: open_checked(path, create=True, apply=True))
+    try:
+        yield SqliteHarness(db)
+    finally:
+        db.close()

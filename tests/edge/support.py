@@ -1,0 +1,107 @@
+"""Helpers of the Edge tests: publish files, the ``qlsched`` process, and the audit reads."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every Run: one pristine claimed remote_worker Attempt and exactly run.created, run.queued.
+AUDIT_BAD_RUNS = """
+SELECT r.run_id FROM runs AS r
+ WHERE r.state <> 'queued' OR r.owner <> 'runtime' OR r.queued_at_ms IS NULL
+    OR (SELECT count(*) FROM attempts AS a WHERE a.run_id = r.run_id) <> 1
+    OR NOT EXISTS (
+        SELECT 1 FROM attempts AS a
+         WHERE a.run_id = r.run_id AND a.attempt_no = 1 AND a.state = 'claimed'
+           AND a.executor_kind = 'remote_worker' AND a.worker_id IS NULL
+           AND a.session_id IS NULL AND a.lease_id IS NULL AND a.offer_id IS NULL
+           AND a.callback_token IS NULL AND a.started_at_ms IS NULL AND a.result IS NULL
+           AND a.error IS NULL)
+    OR (SELECT group_concat(e.seq || ':' || e.type, ',') FROM
+          (SELECT seq, type FROM run_events WHERE run_id = r.run_id ORDER BY seq) AS e)
+       IS NOT '1:run.created,2:run.queued'
+"""
+DUPLICATES = """
+SELECT trigger_id, scheduled_for_ms FROM runs
+ GROUP BY trigger_id, scheduled_for_ms HAVING count(*) > 1
+"""
+# Per trigger of an every-second cron: the occurrences from its first Run up to its cursor,
+# each either a Run or counted as passed over (coalesced) or skipped.
+ACCOUNTING = """
+SELECT s.trigger_id, count(r.run_id), s.coalesced_total, s.skipped_total,
+       min(r.scheduled_for_ms), s.next_fire_at_ms
+  FROM trigger_schedules AS s LEFT JOIN runs AS r ON r.trigger_id = s.trigger_id
+ GROUP BY s.trigger_id
+"""
+
+
+def publish_file(
+    path: Path,
+    triggers: int,
+    *,
+    cron: str = "* * * * * *",
+    misfire: str = "fire_once",
+    task_command: str = "true",
+) -> Path:
+    lines = ['[[projects]]\nid = "edge"\n', '[[tasks]]\nproject = "edge"\nid = "job"']
+    lines.append(f'command = "{task_command}"\n')
+    for i in range(triggers):
+        lines.append(
+            f'[[triggers]]\nproject = "edge"\nid = "t{i:06d}"\ntask = "job"\ncron = "{cron}"\n'
+            f'misfire = "{misfire}"\n'
+        )
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def env() -> dict[str, str]:
+    out = {**os.environ, "PYTHONPATH": str(REPO)}
+    out.pop("QLSCHED_EDGE_DB", None)
+    return out
+
+
+def qlsched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qlsched", *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_run(db: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "qlsched", "edge", "run", "--db", str(db), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+
+
+def wait_ready(proc: subprocess.Popen[str]) -> str:
+    """Read the run's stderr up to its 'scheduling' line (it prints it once rounds start)."""
+    assert proc.stderr is not None
+    seen = ""
+    while True:
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError(f"edge run ended before it was ready: {seen}")
+        seen += line
+        if "scheduling" in line:
+            return seen
+
+
+def read(db: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.execute(sql))
+    finally:
+        conn.close()
