@@ -142,7 +142,17 @@ async def _reference(
 
 
 async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
-    """Collect every finding (never stop at the first) and say whether the schema is ready."""
+    """Collect every finding (never stop at the first) and say whether the schema is ready.
+
+    Runs with the planner's defaults whatever the connection's pool set, and gives the
+    connection back with its own settings (on an error the pool's reset restores them)."""
+    await conn.execute(query("planner_defaults"))
+    readiness = await _check_readiness(conn, lease_ms=lease_ms)
+    await conn.execute(query("planner_restore"))
+    return readiness
+
+
+async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     findings: list[str] = []
     row = await conn.fetchrow(query("readiness_facts"))
     assert row is not None

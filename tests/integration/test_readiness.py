@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
+import asyncpg
 import pytest
 
 from qlsched.postgres.migrate import migrate
+from qlsched.postgres.readiness import Readiness, check_readiness
+from qlsched.postgres.store import CLAIM_SETTINGS
 from tests.integration.schema_support import (
+    DEFAULT_LEASE_MS,
     MIGRATION,
     MIGRATIONS,
     execute,
@@ -624,3 +629,20 @@ def test_storage_tuning_is_not_tampering(pg_db: TestDatabase) -> None:
         "ALTER TABLE qlsched.runs SET (autovacuum_vacuum_scale_factor = 0.01, fillfactor = 90)",
     )
     assert readiness(pg_db.runtime_dsn).findings == []
+
+
+def test_readiness_on_a_claim_pool_connection_plans_as_usual(pg_db: TestDatabase) -> None:
+    """Rule: a replica checks readiness on its claim pool, whose connections turn sequential
+    scans off and force generic plans; readiness runs with the planner's defaults there (on
+    PostgreSQL 15 the catalog joins otherwise outran the runtime role's statement timeout)
+    and hands the connection back with the pool's own settings."""
+
+    async def fn(conn: asyncpg.Connection[Any]) -> tuple[Readiness, list[str]]:
+        report = await check_readiness(conn, lease_ms=DEFAULT_LEASE_MS)
+        after = [str(await conn.fetchval(f"SHOW {name}")) for name in sorted(CLAIM_SETTINGS)]
+        return report, after
+
+    report, after = sql_run(pg_db.runtime_dsn, fn, server_settings=CLAIM_SETTINGS)
+    assert report.findings == []
+    assert report.ready
+    assert after == [CLAIM_SETTINGS[name] for name in sorted(CLAIM_SETTINGS)]

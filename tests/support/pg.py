@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import asyncpg
@@ -65,11 +65,18 @@ def start_cluster() -> PgCluster:
     return PgCluster(server.dsn(), server)
 
 
-def sql_run(dsn: str, fn: Callable[[asyncpg.Connection[Any]], Awaitable[T]]) -> T:
+def sql_run(
+    dsn: str,
+    fn: Callable[[asyncpg.Connection[Any]], Awaitable[T]],
+    *,
+    server_settings: Mapping[str, str] | None = None,
+) -> T:
     """Run ``fn`` on a fresh connection from plain asyncio (for sync fixtures)."""
 
     async def main() -> T:
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(
+            dsn, server_settings=None if server_settings is None else dict(server_settings)
+        )
         try:
             return await fn(conn)
         finally:

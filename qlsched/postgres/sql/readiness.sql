@@ -1,3 +1,12 @@
+-- name: planner_defaults
+-- Readiness's catalog joins get the planner's defaults: on a pool tuned for the claim
+-- (sequential scans off), PostgreSQL 15 chose plans that outran the statement timeout.
+SET enable_seqscan = on; SET plan_cache_mode = auto;
+
+-- name: planner_restore
+-- Back to the connection's own settings (those it was opened with).
+RESET enable_seqscan; RESET plan_cache_mode;
+
 -- name: readiness_facts
 -- The server version, this database, the role readiness runs as (named in findings), the
 -- database's owner and its pinned catalog digest (the database-wide setting only, never a
