@@ -7,9 +7,10 @@ import argparse
 
 import trio
 
+from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import SpecError, decode_publish_file
 from qlsched.sqlite.database import open_checked
-from qlsched.sqlite.publish import PublishResult, publish
+from qlsched.sqlite.publish import publish
 
 
 def run(args: argparse.Namespace, db: str) -> int:
@@ -33,11 +34,6 @@ def run(args: argparse.Namespace, db: str) -> int:
             database.close()
 
     result = trio.run(body)
-    for kind, items in (
-        ("project", result.projects),
-        ("task", result.tasks),
-        ("trigger", result.triggers),
-    ):
-        for name, change in items.items():
-            print(f"{kind} {name}: {change}")
+    for line in result.lines():
+        print(line)
     return 0

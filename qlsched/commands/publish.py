@@ -22,10 +22,11 @@ import trio
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import load_config
+from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish_file
 from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.publish import PublishResult, publish
+from qlsched.postgres.publish import publish
 
 PROGRESS_AFTER_S = 1.0
 
@@ -99,13 +100,8 @@ def main(args: argparse.Namespace) -> int:
                 return await publish(conn, spec, prune=args.prune, progress=steps.append)
 
             result = await connect_once(dsn, fn)
-        for kind, items in (
-            ("project", result.projects),
-            ("task", result.tasks),
-            ("trigger", result.triggers),
-        ):
-            for name, change in items.items():
-                print(f"{kind} {name}: {change}")
+        for line in result.lines():
+            print(line)
         return 0
 
     return run_command("publish", body)

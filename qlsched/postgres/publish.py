@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
+from qlsched.core.publish_result import Change, PublishResult, id_taken
 from qlsched.core.specs import (
-    TRIGGER_ID_SCOPE,
     PublishFile,
-    SpecError,
     TaskEntry,
     TriggerEntry,
     execution_payload,
@@ -34,15 +33,6 @@ from qlsched.core.specs import (
 )
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
-
-Change = Literal["added", "changed", "unchanged", "disabled", "repinned"]
-
-
-class PublishResult(msgspec.Struct, frozen=True):
-    projects: dict[str, Change]
-    tasks: dict[str, Change]
-    triggers: dict[str, Change]
-    """Keyed ``project/trigger``."""
 
 
 async def _publish_project(conn: Connection, project_id: str, archived: bool, now: int) -> Change:
@@ -144,19 +134,12 @@ async def _publish_triggers(
             [triggers[i].id for i in added],
         )
         if other is not None:
-            t = triggers[other["n"]]
-            raise SpecError(
-                f"trigger {t.project}/{t.id}: id: "
-                + TRIGGER_ID_SCOPE.format(project=other["project_id"])
-                + " (published before); nothing was published"
-            )
-    for kind, name in (("added", "triggers_insert"), ("changed", "triggers_update")):
-        picked = [i for i, c in enumerate(changes) if c == kind]
-        if not picked:
-            continue
-        rows = [triggers[i] for i in picked]
+            raise id_taken(triggers[other["n"]], other["project_id"])
+    written = [i for i, c in enumerate(changes) if c != "unchanged"]
+    if written:
+        rows = [triggers[i] for i in written]
         await conn.execute(
-            query(name),
+            query("triggers_write"),
             [t.project for t in rows],
             [t.id for t in rows],
             [t.enabled for t in rows],
@@ -165,10 +148,11 @@ async def _publish_triggers(
             [t.misfire for t in rows],
             [t.misfire_grace_ms for t in rows],
             [t.task for t in rows],
-            [pinned[i].revision for i in picked],
-            [pinned[i].execution_revision_id for i in picked],
-            [digests[i] for i in picked],
+            [pinned[i].revision for i in written],
+            [pinned[i].execution_revision_id for i in written],
+            [digests[i] for i in written],
             [active[t.project] and t.enabled for t in rows],
+            [changes[i] == "added" for i in written],
             now,
         )
     return changes

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
-
+from qlsched.core.publish_result import Change, PublishResult, id_taken
 from qlsched.core.specs import (
-    TRIGGER_ID_SCOPE,
     PublishFile,
-    SpecError,
     TaskEntry,
     TriggerEntry,
     execution_payload,
@@ -28,15 +25,6 @@ from qlsched.core.specs import (
 )
 from qlsched.sqlite.database import rollback
 from qlsched.sqlite.queries import query
-
-Change = Literal["added", "changed", "unchanged", "disabled", "repinned"]
-
-
-class PublishResult(msgspec.Struct, frozen=True):
-    projects: dict[str, Change]
-    tasks: dict[str, Change]
-    triggers: dict[str, Change]
-    """Keyed ``project/trigger``."""
 
 
 def _publish_project(conn: sqlite3.Connection, project_id: str, archived: bool, now: int) -> Change:
@@ -99,11 +87,7 @@ def _publish_trigger(
     if row is None:
         other = conn.execute(query("trigger_project"), (trigger.id, trigger.project)).fetchone()
         if other is not None:
-            raise SpecError(
-                f"trigger {trigger.project}/{trigger.id}: id: "
-                + TRIGGER_ID_SCOPE.format(project=other[0])
-                + " (published before); nothing was published"
-            )
+            raise id_taken(trigger, other[0])
         conn.execute(query("trigger_insert"), args)
         conn.execute(query("schedule_insert"), (trigger.project, trigger.id, active, now))
         return "added"

@@ -32,9 +32,10 @@ from qlsched.core.diagnostics import MemorySink
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Decision, Fire, Initialize, NotDue, Outcome, Skip
+from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, Database, open_database
-from qlsched.postgres.publish import PublishResult, publish
+from qlsched.postgres.publish import publish
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 from tests.support.pg import TestDatabase
 

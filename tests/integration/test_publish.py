@@ -159,6 +159,45 @@ async def test_changed_cron_is_a_new_trigger_revision(env: Env) -> None:
     assert after["b1"] == before["b1"]
 
 
+async def test_one_publish_adds_and_changes_triggers_together(env: Env) -> None:
+    """A file that adds a trigger and changes another writes both in one publish: the new
+    one at revision 1 with a fresh schedule row, the changed one at revision 2 with its
+    schedule reset, and neither written as the other."""
+    spec = two_tasks()
+    await env.publish(spec)
+    before = await env.schedules()
+    changed = with_cron(spec, "a2", "*/10 * * * *")
+    grown = msgspec.structs.replace(
+        changed, triggers=[*changed.triggers, trigger("p", "a3", task="a", enabled=False)]
+    )
+
+    result = await env.publish(grown)
+
+    assert result.triggers == {
+        "p/a1": "unchanged",
+        "p/a2": "changed",
+        "p/b1": "unchanged",
+        "p/a3": "added",
+    }
+    rows = await env.su("SELECT * FROM qlsched.triggers ORDER BY trigger_id")
+    stored = {r["trigger_id"]: (r["revision"], r["cron"], r["enabled"]) for r in rows}
+    assert stored == {
+        "a1": (1, "* * * * *", True),
+        "a2": (2, "*/10 * * * *", True),
+        "a3": (1, "* * * * *", False),
+        "b1": (1, "0 3 * * *", True),
+    }
+    after = await env.schedules()
+    assert after["a2"]["trigger_revision"] == 2
+    assert after["a2"]["state_version"] == before["a2"]["state_version"] + 1
+    assert (after["a3"]["trigger_revision"], after["a3"]["active"]) == (1, False)
+    assert (after["a3"]["state_version"], after["a3"]["claim_version"]) == (
+        before["a1"]["state_version"],
+        before["a1"]["claim_version"],
+    )
+    assert after["a1"] == before["a1"]
+
+
 async def test_changed_command_re_revisions_task_execution_and_its_triggers(env: Env) -> None:
     """A changed task command is a new task revision with a new pinned remote_worker
     execution revision (payload = the new command, digest = SHA-256 of the payload; the old

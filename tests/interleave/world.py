@@ -28,9 +28,10 @@ from qlsched.core.decide import TriggerSpec, decide
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Decision, Fire, Initialize, NotDue, Outcome, Skip
+from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import PublishFile
 from qlsched.postgres.pool import Database, open_database
-from qlsched.postgres.publish import PublishResult, publish
+from qlsched.postgres.publish import publish
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 from tests.interleave.oracle import History, record_revisions, schedule_of
 

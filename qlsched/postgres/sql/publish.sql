@@ -91,11 +91,13 @@ SELECT f.n, t.project_id
  ORDER BY f.n
  LIMIT 1;
 
--- name: triggers_insert
--- New triggers at revision 1 with their schedule rows (uninitialised cursor, no claim).
--- Arrays $1 projects, $2 ids, $3 enabled, $4 crons, $5 timezones, $6 misfire policies,
--- $7 grace ms, $8 tasks, $9 task revisions, $10 execution revisions, $11 digests,
--- $12 active; $13 now ms.
+-- name: triggers_write
+-- New triggers at revision 1 with their schedule rows (uninitialised cursor, no claim), and
+-- changed triggers at a new revision with their schedule rows reset: cursor and claim
+-- cleared, state and claim versions incremented, so every claim taken under an older
+-- revision fails its fence forever. Arrays $1 projects, $2 ids, $3 enabled, $4 crons,
+-- $5 timezones, $6 misfire policies, $7 grace ms, $8 tasks, $9 task revisions, $10 execution
+-- revisions, $11 digests, $12 active, $13 added (new, else changed); $14 now ms.
 WITH f AS (
     SELECT *
       FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
@@ -103,52 +105,42 @@ WITH f AS (
                       pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]),
                       pg_catalog.unnest($7::bigint[]), pg_catalog.unnest($8::text[]),
                       pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
-                      pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]))
-           AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active)
+                      pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]),
+                      pg_catalog.unnest($13::boolean[]))
+           AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active,
+                added)
 ), added AS (
     INSERT INTO qlsched.triggers (project_id, trigger_id, revision, kind, enabled, cron,
                                   timezone, misfire_policy, misfire_grace_ms, task_id,
                                   task_revision, execution_revision_id, content_digest,
                                   created_at_ms, updated_at_ms)
     SELECT p, id, 1, 'cron', enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d,
-           $13::bigint, $13::bigint
+           $14::bigint, $14::bigint
       FROM f
-)
--- Every row of f is inserted above or the statement fails, so the schedule rows come from
--- f itself (no join back); their foreign keys are checked at the statement's end.
-INSERT INTO qlsched.trigger_schedules (project_id, trigger_id, trigger_revision, active,
-                                       updated_at_ms)
-SELECT p, id, 1, active, $13::bigint
-  FROM f;
-
--- name: triggers_update
--- Changed triggers: a new revision each, and its schedule row reset: cursor and claim
--- cleared, state and claim versions incremented, so every claim taken under an older
--- revision fails its fence forever (same parameters as triggers_insert).
-WITH f AS (
-    SELECT *
-      FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-                      pg_catalog.unnest($3::boolean[]), pg_catalog.unnest($4::text[]),
-                      pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]),
-                      pg_catalog.unnest($7::bigint[]), pg_catalog.unnest($8::text[]),
-                      pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
-                      pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]))
-           AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active)
+     WHERE f.added
+), added_schedules AS (
+    -- Every new row of f is inserted above or the statement fails, so the schedule rows come
+    -- from f itself (no join back); their foreign keys are checked at the statement's end.
+    INSERT INTO qlsched.trigger_schedules (project_id, trigger_id, trigger_revision, active,
+                                           updated_at_ms)
+    SELECT p, id, 1, active, $14::bigint
+      FROM f
+     WHERE f.added
 ), changed AS (
     UPDATE qlsched.triggers AS t
        SET revision = t.revision + 1, enabled = f.enabled, cron = f.cron, timezone = f.tz,
            misfire_policy = f.misfire, misfire_grace_ms = f.grace, task_id = f.task,
            task_revision = f.task_rev, execution_revision_id = f.exec_rev,
-           content_digest = f.d, updated_at_ms = GREATEST($13::bigint, t.updated_at_ms)
+           content_digest = f.d, updated_at_ms = GREATEST($14::bigint, t.updated_at_ms)
       FROM f
-     WHERE t.project_id = f.p AND t.trigger_id = f.id
+     WHERE NOT f.added AND t.project_id = f.p AND t.trigger_id = f.id
     RETURNING t.project_id, t.trigger_id, t.revision, f.active
 )
 UPDATE qlsched.trigger_schedules AS s
    SET trigger_revision = c.revision, active = c.active, next_fire_at_ms = NULL,
        claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
        state_version = s.state_version + 1, claim_version = s.claim_version + 1,
-       updated_at_ms = GREATEST($13::bigint, s.updated_at_ms)
+       updated_at_ms = GREATEST($14::bigint, s.updated_at_ms)
   FROM changed AS c
  WHERE s.project_id = c.project_id AND s.trigger_id = c.trigger_id;
 
