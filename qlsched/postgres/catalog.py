@@ -40,7 +40,8 @@ from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
 if TYPE_CHECKING:
-    from qlsched.postgres.migrate import Migration, RoleTimeouts
+    from qlsched.migrations import Migration
+    from qlsched.postgres.migrate import RoleTimeouts
 
 Key = tuple[str, str]  # kind, object
 Shape = dict[Key, str]  # -> definition

@@ -11,31 +11,20 @@ the expected catalog, built from the files alone (``catalog.record_reference``).
 
 from __future__ import annotations
 
-import hashlib
-import re
-from importlib import resources
 from importlib.abc import Traversable
-from pathlib import Path
 
 import msgspec
 
+from qlsched.migrations import Migration, read_migrations, shipped_schema
 from qlsched.postgres.catalog import record_reference
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
-_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 150000
 
 
 class MigrationError(RuntimeError):
     """The schema cannot be migrated; the message names the file or the cause."""
-
-
-class Migration(msgspec.Struct, frozen=True):
-    version: int
-    name: str
-    checksum: str
-    sql: str
 
 
 class RoleTimeouts(msgspec.Struct, frozen=True):
@@ -54,36 +43,11 @@ class MigrateReport(msgspec.Struct, frozen=True):
 
 def schema_dir() -> Traversable:
     """The SQL files: inside the installed wheel, else the source tree's ``schema/``."""
-    packaged = resources.files("qlsched").joinpath("_schema", "postgres")
-    if packaged.is_dir():
-        return packaged
-    source = Path(__file__).resolve().parents[2] / "schema" / "postgres"
-    if source.is_dir():
-        return source
-    raise MigrationError("schema/postgres not found: the installation is incomplete")
+    return shipped_schema("postgres", MigrationError)
 
 
 def load_migrations(directory: Traversable | None = None) -> list[Migration]:
-    directory = directory or schema_dir()
-    found: list[Migration] = []
-    for entry in directory.iterdir():
-        m = _FILE.match(entry.name)
-        if m is None:
-            continue
-        data = entry.read_bytes()
-        found.append(
-            Migration(
-                version=int(m.group(1)),
-                name=entry.name,
-                checksum=hashlib.sha256(data).hexdigest(),
-                sql=data.decode("utf-8"),
-            )
-        )
-    found.sort(key=lambda mig: mig.version)
-    versions = [mig.version for mig in found]
-    if len(set(versions)) != len(versions):
-        raise MigrationError("two migration files share a version number")
-    return found
+    return read_migrations(directory or schema_dir(), MigrationError)
 
 
 def bootstrap_sql(directory: Traversable | None = None) -> str:

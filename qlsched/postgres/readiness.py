@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 
 import msgspec
 
+from qlsched.migrations import Migration
 from qlsched.postgres.catalog import (
     Grant,
     Shape,
@@ -40,7 +41,6 @@ from qlsched.postgres.catalog import (
 from qlsched.postgres.errors import sqlstate
 from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
-    Migration,
     bootstrap_sql,
     load_migrations,
     verify_ledger,

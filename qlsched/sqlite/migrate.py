@@ -10,58 +10,24 @@ columns, indexes) that differs from what the migrations define.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sqlite3
-from importlib import resources
 from importlib.abc import Traversable
-from pathlib import Path
 
-import msgspec
-
+from qlsched.migrations import Migration, read_migrations, shipped_schema
 from qlsched.sqlite.errors import EdgeSchemaError
 from qlsched.sqlite.queries import query
 
 EDGE_APPLICATION_ID = 0x716C7363
 """``'qlsc'``: written by ``ledger.sql``; any other non-zero id is another program's file."""
 
-_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-
-class Migration(msgspec.Struct, frozen=True):
-    version: int
-    name: str
-    checksum: str
-    sql: str
-
 
 def schema_dir() -> Traversable:
     """The SQL files: inside the installed wheel, else the source tree's ``schema/sqlite``."""
-    packaged = resources.files("qlsched").joinpath("_schema", "sqlite")
-    if packaged.is_dir():
-        return packaged
-    source = Path(__file__).resolve().parents[2] / "schema" / "sqlite"
-    if source.is_dir():
-        return source
-    raise EdgeSchemaError("schema/sqlite not found: the installation is incomplete")
+    return shipped_schema("sqlite", EdgeSchemaError)
 
 
 def load_migrations(directory: Traversable | None = None) -> list[Migration]:
-    directory = directory or schema_dir()
-    found = []
-    for entry in directory.iterdir():
-        m = _FILE.match(entry.name)
-        if m is not None:
-            data = entry.read_bytes()
-            found.append(
-                Migration(
-                    version=int(m.group(1)),
-                    name=entry.name,
-                    checksum=hashlib.sha256(data).hexdigest(),
-                    sql=data.decode("utf-8"),
-                )
-            )
-    return sorted(found, key=lambda mig: mig.version)
+    return read_migrations(directory or schema_dir(), EdgeSchemaError)
 
 
 def statements(script: str) -> list[str]:

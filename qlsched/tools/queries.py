@@ -1,6 +1,6 @@
 """The tools' own named SQL blocks, loaded once from ``qlsched/tools/sql/*.sql``.
 
-The same format as the adapter's (``qlsched.postgres.queries``), in a namespace of its own:
+The same format as the adapters' (``qlsched.sql_blocks``), in a namespace of its own:
 the adapter's holds product statements only, so nothing the runtime can name resets a
 table or reads a whole history.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-from qlsched.postgres.queries import read_blocks
+from qlsched.sql_blocks import read_blocks
 
 
 @cache

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from qlsched.sqlite.errors import EdgeSchemaError
 from qlsched.sqlite.migrate import EDGE_APPLICATION_ID, load_migrations, schema_dir
 from tests.edge.support import REPO, publish_file, qlsched, read
 
@@ -55,6 +56,16 @@ def test_migrations_are_recorded_with_checksums(tmp_path: Path) -> None:
     assert read(db, "PRAGMA application_id") == [(EDGE_APPLICATION_ID,)]
     assert read(db, "PRAGMA journal_mode") == [("wal",)]
     assert read(db, "SELECT name, version FROM capability") == [("qlsched.edge_scheduler", 1)]
+
+
+def test_two_files_with_one_version_are_refused(tmp_path: Path) -> None:
+    """Rule: Edge migration versions are unique, as the cluster's are; two files numbered
+    alike are refused outright (the ledger, keyed by version, could record only one)."""
+    for shipped in schema_dir().iterdir():
+        (tmp_path / shipped.name).write_bytes(shipped.read_bytes())
+    (tmp_path / "0001_duplicate.sql").write_text("SELECT 1;\n")
+    with pytest.raises(EdgeSchemaError, match="two migration files share a version number"):
+        load_migrations(tmp_path)
 
 
 def test_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
