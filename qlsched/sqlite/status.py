@@ -52,30 +52,36 @@ def scheduler_pid(db_path: str) -> int | None:
     return pid
 
 
+def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[ScheduleView]:
+    """The first ``limit`` schedule rows as status and ``/v1/schedules`` show them (an Edge
+    file has no leases, so no claim holder)."""
+    return [
+        ScheduleView(
+            project_id=r[0],
+            trigger_id=r[1],
+            trigger_revision=r[2],
+            active=bool(r[3]),
+            cron=r[4],
+            timezone=r[5],
+            next_fire_at_ms=r[6],
+            last_scheduled_at_ms=r[7],
+            claim_owner=None,
+            claim_expires_at_ms=None,
+            skipped_total=r[8],
+            coalesced_total=r[9],
+            now_ms=now_ms,
+        )
+        for r in conn.execute(query("schedules_list"), (limit,))
+    ]
+
+
 def read_status(
     conn: sqlite3.Connection, path: str, now_ms: int, *, limit: int = 1000, recent: int = 10
 ) -> EdgeStatus:
     """Blocking: one read transaction, so the figures are one snapshot of the file."""
     conn.execute(query("begin_read"))
     try:
-        schedules = [
-            ScheduleView(
-                project_id=r[0],
-                trigger_id=r[1],
-                trigger_revision=r[2],
-                active=bool(r[3]),
-                cron=r[4],
-                timezone=r[5],
-                next_fire_at_ms=r[6],
-                last_scheduled_at_ms=r[7],
-                claim_owner=None,
-                claim_expires_at_ms=None,
-                skipped_total=r[8],
-                coalesced_total=r[9],
-                now_ms=now_ms,
-            )
-            for r in conn.execute(query("schedules_list"), (limit,))
-        ]
+        schedules = schedule_views(conn, now_ms, limit)
         backlog = int(conn.execute(query("due_backlog"), (now_ms,)).fetchone()[0])
         total = int(conn.execute(query("runs_count")).fetchone()[0])
         runs = [RecentRun(*r) for r in conn.execute(query("runs_recent"), (recent,))]

@@ -48,6 +48,7 @@ from qlsched.core.store import ScheduleView
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
 from qlsched.sqlite.queries import query
+from qlsched.sqlite.status import schedule_views
 
 Settle = tuple[Claim, Initialize | Skip]
 """A decision that moves the cursor without a Run."""
@@ -387,24 +388,6 @@ class SqliteStore:
 
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         def read(conn: sqlite3.Connection) -> list[ScheduleView]:
-            now = self._db.clock()
-            return [
-                ScheduleView(
-                    project_id=r[0],
-                    trigger_id=r[1],
-                    trigger_revision=r[2],
-                    active=bool(r[3]),
-                    cron=r[4],
-                    timezone=r[5],
-                    next_fire_at_ms=r[6],
-                    last_scheduled_at_ms=r[7],
-                    claim_owner=None,
-                    claim_expires_at_ms=None,
-                    skipped_total=r[8],
-                    coalesced_total=r[9],
-                    now_ms=now,
-                )
-                for r in conn.execute(query("schedules_list"), (limit,))
-            ]
+            return schedule_views(conn, self._db.clock(), limit)
 
         return await self._db.call(read)

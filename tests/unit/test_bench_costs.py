@@ -6,13 +6,8 @@ from __future__ import annotations
 import msgspec
 
 from qlsched.tools.bench.costs import ROUND, YEAR_MS, decision_cost
-from qlsched.tools.bench.report import (
-    CostResult,
-    DecisionCost,
-    ReadinessCost,
-    RecoveryCost,
-    cost_targets,
-)
+from qlsched.tools.bench.results import CostResult, DecisionCost, ReadinessCost, RecoveryCost
+from qlsched.tools.bench.targets import cost_targets
 
 NOW_MS = 1_774_000_000_000
 """2026-03-20: the year before it holds both of Berlin's 2025 transitions."""
@@ -87,7 +82,8 @@ def test_each_cost_target_is_missed_by_its_own_figure() -> None:
 def test_publish_is_judged_at_the_goals_size_only() -> None:
     """100,000 triggers in <= 10 s and again unchanged in <= 2 s meet the publish targets,
     slower misses them, and a smaller (quick) file is shown but not judged."""
-    from qlsched.tools.bench.report import PublishCost, publish_targets
+    from qlsched.tools.bench.results import PublishCost
+    from qlsched.tools.bench.targets import publish_targets
 
     def cost(triggers: int, added_s: float, unchanged_s: float) -> PublishCost:
         return PublishCost(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from qlsched.tools.bench.report import (
+from qlsched.tools.bench.results import (
     CeilingResult,
     ClaimLatency,
     DrainResult,
@@ -12,8 +12,8 @@ from qlsched.tools.bench.report import (
     RssResult,
     SteadyResult,
     Target,
-    targets,
 )
+from qlsched.tools.bench.targets import targets
 
 
 def drain(retries: int, statements: int, rate: float | None = 5000.0) -> DrainResult:
@@ -103,7 +103,7 @@ def test_one_tick_drain_is_judged_against_the_ceiling_on_its_own() -> None:
 def test_the_drain_is_judged_against_the_batch_ceiling_at_four_fifths() -> None:
     """With a batch ceiling, the burst drain meets its target at >= 0.8 of it and misses
     below; the per-occurrence ceiling keeps its own verdict."""
-    from qlsched.tools.bench.report import BatchCeiling
+    from qlsched.tools.bench.results import BatchCeiling
 
     def with_batch(ratio_to_batch: float) -> dict[str, Target]:
         batch = BatchCeiling(
@@ -130,7 +130,7 @@ def test_the_claim_is_judged_against_the_machine() -> None:
     """At the largest size the claim's p99 may exceed the same loop's SELECT 1 p99 by at most
     0.5 ms, its server time is at most 30 us per claimed row, and its p50 at most 1.2x the
     p50 at the smallest size; each verdict follows its own figure."""
-    from qlsched.tools.bench.report import claim_targets
+    from qlsched.tools.bench.targets import claim_targets
 
     small = {"one_pct_due": latency(600, 600, 300)}
     good = claim_targets({1_000: small, 1_000_000: {"one_pct_due": latency(700, 700, 300)}}, 16)

@@ -19,9 +19,9 @@ statements reach without batching, on the same server in the same run:
 
 Modules: ``runner`` (the order of the phases), ``session`` (options and the shared state of
 one run), ``drain``, ``ceiling``, ``steady``, ``scale``, ``costs`` (one phase each),
-``replicas`` (the ``qlsched run`` processes), ``machine`` (where it ran), ``report``
-(results, targets, the readable text), ``command`` (the ``qlsched bench`` command). The SQL lives in
-``qlsched/tools/sql/bench*.sql`` and ``qlsched/tools/bench_data.py``, the pgbench script in
-``qlsched/tools/pgbench/``.
+``replicas`` (the ``qlsched run`` processes), ``machine`` (where it ran), ``results`` (what
+each phase measured), ``targets`` (the goals' verdicts), ``render`` (the readable text),
+``command`` (the ``qlsched bench`` command). The SQL lives in ``qlsched/tools/sql/bench*.sql``
+and ``qlsched/tools/bench_data.py``, the pgbench script in ``qlsched/tools/pgbench/``.
 Speed goals are shown by this benchmark, never asserted by a timed test.
 """

@@ -31,7 +31,7 @@ from qlsched.postgres.pool import Connection
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
 from qlsched.tools import bench_data
 from qlsched.tools.bench.drain import LARGEST_GRACE_MS, YEARLY, last_new_year_ms
-from qlsched.tools.bench.report import BatchCeiling, CeilingResult, PgbenchRun
+from qlsched.tools.bench.results import BatchCeiling, CeilingResult, PgbenchRun
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import RowState
 

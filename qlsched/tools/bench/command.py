@@ -33,8 +33,9 @@ from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.tools.bench.ceiling import CeilingFailed
+from qlsched.tools.bench.render import render
 from qlsched.tools.bench.replicas import Fleet
-from qlsched.tools.bench.report import BenchReport, render
+from qlsched.tools.bench.results import BenchReport
 from qlsched.tools.bench.runner import Target, run_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
 from qlsched.tools.fleet import ReplicaFailed

@@ -24,7 +24,7 @@ from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.readiness import check_readiness
 from qlsched.postgres.recovery import recover
 from qlsched.tools import bench_data
-from qlsched.tools.bench.report import (
+from qlsched.tools.bench.results import (
     CostResult,
     DecisionCost,
     ReadinessCost,

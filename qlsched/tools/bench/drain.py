@@ -24,7 +24,7 @@ from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.replicas import Replica
-from qlsched.tools.bench.report import DrainResult, Lag, ratio
+from qlsched.tools.bench.results import DrainResult, Lag, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
 from qlsched.tools.fleet import check_alive

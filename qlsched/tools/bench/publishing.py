@@ -15,7 +15,7 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntr
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.publish import publish
 from qlsched.tools import bench_data
-from qlsched.tools.bench.report import PublishCost
+from qlsched.tools.bench.results import PublishCost
 from qlsched.tools.bench.session import BenchSession
 
 PUBLISH_PROJECT = "bench-publish"

@@ -23,10 +23,11 @@ from qlsched.tools.bench.costs import costs
 from qlsched.tools.bench.drain import burst, same_tick
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
-from qlsched.tools.bench.report import BenchConfig, BenchReport, PostgresInfo, exactly_once, targets
+from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
 from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
+from qlsched.tools.bench.targets import targets
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):

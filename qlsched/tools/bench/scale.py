@@ -23,7 +23,7 @@ from qlsched.postgres.pool import Connection, open_database
 from qlsched.postgres.store import CLAIM_SETTINGS
 from qlsched.tools import bench_data
 from qlsched.tools.bench.replicas import Replica, metrics
-from qlsched.tools.bench.report import ClaimLatency, RssResult, percentile
+from qlsched.tools.bench.results import ClaimLatency, RssResult, percentile
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import ClaimPlan, RowState
 from qlsched.tools.fleet import check_alive

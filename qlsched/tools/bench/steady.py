@@ -15,7 +15,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
-from qlsched.tools.bench.report import Lag, SteadyResult, ratio
+from qlsched.tools.bench.results import Lag, SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
 from qlsched.tools.fleet import check_alive
