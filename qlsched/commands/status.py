@@ -16,7 +16,7 @@ from typing import IO
 
 import msgspec
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from qlsched.commands._common import run_command
@@ -38,6 +38,19 @@ def _iso_s(ms: int | None) -> str:
     return "-" if ms is None else _iso(ms)[:19]
 
 
+_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("TRIGGER", "left"),
+    ("CRON", "left"),
+    ("ZONE", "left"),
+    ("NEXT FIRE (UTC)", "left"),
+    ("LAG", "right"),
+    ("CLAIM", "left"),
+    ("LEASE", "right"),
+    ("SKIP", "right"),
+    ("COAL", "right"),
+)
+
+
 def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD if terminal else None,
@@ -48,18 +61,8 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
     )
     # On a narrow terminal cells fold onto more lines (a time's date above its clock):
     # never cropped or cut with an ellipsis, since a shortened time or count would be wrong.
-    for name, justify in (
-        ("TRIGGER", "left"),
-        ("CRON", "left"),
-        ("ZONE", "left"),
-        ("NEXT FIRE (UTC)", "left"),
-        ("LAG", "right"),
-        ("CLAIM", "left"),
-        ("LEASE", "right"),
-        ("SKIP", "right"),
-        ("COAL", "right"),
-    ):
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for name, justify in _COLUMNS:
+        table.add_column(name, justify=justify, overflow="fold")
     now = report.now_ms
     for s in report.schedules:
         lag = "-"

@@ -151,6 +151,18 @@ async def load_schedules(conn: Connection, count: int, state: RowState, *, now_m
         )
 
 
+async def load_not_due(
+    conn: Connection, count: int, *, crons: Sequence[str], misfire: str, grace_ms: int
+) -> None:
+    """Empty tables, then ``count`` triggers (``load_triggers``) whose schedule rows are not
+    due for a day: loaded before the replicas start, due when the bench moves the cursors."""
+    await reset(conn)
+    now = await now_ms(conn)
+    await load_triggers(conn, count, crons=crons, misfire=misfire, grace_ms=grace_ms, now_ms=now)
+    await load_schedules(conn, count, RowState(later_ms=now + 86_400_000), now_ms=now)
+    await vacuum(conn)
+
+
 async def set_cursors(conn: Connection, cursors: Sequence[int]) -> int:
     """Move every row's cursor (trigger i to ``cursors[(i - 1) % len(cursors)]``) in one
     statement; returns the rows moved."""

@@ -39,6 +39,7 @@ from qlsched.tools.bench.results import BenchReport
 from qlsched.tools.bench.runner import Target, run_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
 from qlsched.tools.fleet import ReplicaFailed
+from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.verify import drop_database
 
 MAX_TRIGGERS = 1_000_000
@@ -48,12 +49,6 @@ EMBEDDED_SETTINGS = {"shared_buffers": "256MB", "max_wal_size": "2GB"}
 """The embedded server's settings beyond qlsched.embedded's own: room for the 1M-row tables
 in memory, and no checkpoint storm in the middle of a bulk load."""
 CLEANUP_S = 30.0
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _pgbench(explicit_bindir: str | None, server_bindir: Path | None) -> Path | None:
@@ -80,41 +75,23 @@ async def _bench(
     fleet: Fleet,
     workdir: Path,
 ) -> BenchReport:
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            caught: list[int] = []
+    async def work() -> BenchReport:
+        initialised = await init_db(superuser_dsn, database=database, want_passwords=want_passwords)
+        runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
+        target = Target(
+            superuser_dsn=with_credentials(
+                superuser_dsn,
+                user=user_of(superuser_dsn) or "postgres",
+                password=password_of(superuser_dsn),
+                database=database,
+            ),
+            runtime_dsn=runtime,
+            embedded=embedded,
+            pgbench=pgbench,
+        )
+        return await run_bench(target, options, fleet=fleet, workdir=workdir)
 
-            async def watch() -> None:
-                async for signum in signals:
-                    caught.append(signum)
-                    nursery.cancel_scope.cancel()
-                    return
-
-            nursery.start_soon(watch)
-            report: BenchReport | None = None
-            try:
-                initialised = await init_db(
-                    superuser_dsn, database=database, want_passwords=want_passwords
-                )
-                runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
-                target = Target(
-                    superuser_dsn=with_credentials(
-                        superuser_dsn,
-                        user=user_of(superuser_dsn) or "postgres",
-                        password=password_of(superuser_dsn),
-                        database=database,
-                    ),
-                    runtime_dsn=runtime,
-                    embedded=embedded,
-                    pgbench=pgbench,
-                )
-                report = await run_bench(target, options, fleet=fleet, workdir=workdir)
-            finally:
-                nursery.cancel_scope.cancel()
-    if caught:
-        raise Interrupted(caught[0])
-    assert report is not None
-    return report
+    return await run_until_signal(work, signal.SIGTERM)
 
 
 async def _drop(superuser_dsn: str, database: str) -> None:
@@ -122,12 +99,6 @@ async def _drop(superuser_dsn: str, database: str) -> None:
         await drop_database(conn, database)
 
     await connect_once(superuser_dsn, fn)
-
-
-def _single_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -192,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
                 )
             )
     except BaseExceptionGroup as group:
-        leaf = _single_leaf(group)
+        leaf = single_leaf(group)
         return _failure(leaf, group)
     except (Exception, KeyboardInterrupt) as exc:
         return _failure(exc, exc)

@@ -126,9 +126,8 @@ async def recovery_cost(session: BenchSession, history: int, calls: int) -> Reco
         now = await bench_data.now_ms(conn)
         async with conn.transaction():
             await conn.execute(tool_query("bench_fast_load"))
-            await conn.execute(tool_query("bench_history_runs"), history, now)
-            await conn.execute(tool_query("bench_history_attempts"), history, now)
-            await conn.execute(tool_query("bench_live_work"), LIVE_ATTEMPTS, history, now)
+            await conn.execute(tool_query("bench_history_runs"), history, LIVE_ATTEMPTS, now)
+            await conn.execute(tool_query("bench_history_attempts"), history, LIVE_ATTEMPTS, now)
         await conn.execute(tool_query("bench_analyze_history"))
 
     await session.call(load)

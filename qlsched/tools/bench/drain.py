@@ -26,7 +26,7 @@ from qlsched.tools import bench_data
 from qlsched.tools.bench.replicas import Replica
 from qlsched.tools.bench.results import DrainResult, Lag, ratio
 from qlsched.tools.bench.session import BenchSession
-from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
+from qlsched.tools.bench_data import PROJECT, RunsWindow
 from qlsched.tools.fleet import check_alive
 
 YEARLY = "0 0 1 1 *"
@@ -68,14 +68,7 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
     session.note(f"{label}: loading {n:,} triggers ({cron!r}, misfire {misfire})")
 
     async def load(conn: Connection) -> None:
-        await bench_data.reset(conn)
-        now = await bench_data.now_ms(conn)
-        await bench_data.load_triggers(
-            conn, n, crons=[cron], misfire=misfire, grace_ms=grace, now_ms=now
-        )
-        # Not due yet: a day ahead, until the replicas run.
-        await bench_data.load_schedules(conn, n, RowState(later_ms=now + 86_400_000), now_ms=now)
-        await bench_data.vacuum(conn)
+        await bench_data.load_not_due(conn, n, crons=[cron], misfire=misfire, grace_ms=grace)
 
     await session.call(load)
     replicas = await session.start_replicas(o.replicas)

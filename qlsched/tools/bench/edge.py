@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -36,6 +36,7 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntr
 from qlsched.sqlite.database import open_checked, wall_clock_ms
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.publish import publish
+from qlsched.tools.bench.machine import proc_kib
 from qlsched.tools.queries import tool_query
 
 RSS_BUDGET_MB = 40.0
@@ -103,23 +104,12 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     cluster: ClusterFigures | None
 
 
-def _status_kib(pid: int, field: str) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return None
-
-
-def _publish(db: Path, crons: list[str], misfire: str) -> None:
+def _publish(db: Path, crons: list[str], misfire: Literal["skip", "fire_once"]) -> None:
     spec = PublishFile(
         projects=[ProjectEntry(id="bench")],
         tasks=[TaskEntry(project="bench", id="job", command="true")],
         triggers=[
-            TriggerEntry(project="bench", id=f"t{i:07d}", task="job", cron=cron, misfire=misfire)  # type: ignore[arg-type]
+            TriggerEntry(project="bench", id=f"t{i:07d}", task="job", cron=cron, misfire=misfire)
             for i, cron in enumerate(crons)
         ],
     )
@@ -170,7 +160,8 @@ class _Replica:
         self.ready_ms = wall_clock_ms()
 
     def memory_mb(self) -> tuple[float | None, float | None]:
-        rss, peak = _status_kib(self.proc.pid, "VmRSS"), _status_kib(self.proc.pid, "VmHWM")
+        status = f"/proc/{self.proc.pid}/status"
+        rss, peak = proc_kib(status, "VmRSS"), proc_kib(status, "VmHWM")
         return (None if rss is None else rss / 1024, None if peak is None else peak / 1024)
 
     def stop(self) -> None:

@@ -1,4 +1,5 @@
-"""The machine a bench ran on: CPUs, memory, and the load while it ran.
+"""The machine a bench ran on: CPUs, memory, and the load while it ran, read from ``/proc``
+(as are the bench processes' own memory figures, ``proc_kib``).
 
 Figures from a shared or busy machine are noisy; the report carries the load averages at
 the start and the end of the run, and how the CPUs were used meanwhile (``/proc/stat``),
@@ -100,11 +101,19 @@ def _cpu_model() -> str:
 
 
 def _memory_mb() -> int | None:
+    kib = proc_kib("/proc/meminfo", "MemTotal")
+    return None if kib is None else kib // 1024
+
+
+def proc_kib(path: str, field: str) -> int | None:
+    """The ``field:  N kB`` line of a ``/proc`` file (``/proc/meminfo``,
+    ``/proc/<pid>/status``), in KiB; None when the file or the line is missing (a process
+    that is gone)."""
     try:
-        text = Path("/proc/meminfo").read_text()
+        text = Path(path).read_text()
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) // 1024
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
     return None

@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from qlsched.tools import fleet
+from qlsched.tools.bench.machine import proc_kib
 
 START_TIMEOUT_S = 60.0
 STOP_SLACK_S = 5.0
@@ -46,11 +47,11 @@ class Replica(fleet.Replica):
 
     def rss_kib(self) -> int | None:
         """``VmRSS`` of the process (KiB), None once it is gone."""
-        return _status_kib(self.pid, "VmRSS")
+        return proc_kib(f"/proc/{self.pid}/status", "VmRSS")
 
     def peak_kib(self) -> int | None:
         """``VmHWM`` (peak RSS) of the process (KiB), None once it is gone."""
-        return _status_kib(self.pid, "VmHWM")
+        return proc_kib(f"/proc/{self.pid}/status", "VmHWM")
 
     def cpu_s(self) -> float | None:
         """User + system CPU seconds the process has used (``/proc/<pid>/stat``), None once
@@ -65,17 +66,6 @@ class Replica(fleet.Replica):
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _status_kib(pid: int, field: str) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return None
 
 
 class Fleet:

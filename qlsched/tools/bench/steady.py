@@ -17,7 +17,7 @@ from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.results import Lag, SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
-from qlsched.tools.bench_data import PROJECT, RowState, RunsWindow
+from qlsched.tools.bench_data import PROJECT, RunsWindow
 from qlsched.tools.fleet import check_alive
 
 OFFSETS = 60
@@ -48,13 +48,7 @@ async def steady(session: BenchSession) -> SteadyResult:
     session.note(f"steady: loading {n:,} triggers ('S * * * * *', S = 0..59)")
 
     async def load(conn: Connection) -> None:
-        await bench_data.reset(conn)
-        now = await bench_data.now_ms(conn)
-        await bench_data.load_triggers(
-            conn, n, crons=expressions, misfire="skip", grace_ms=60_000, now_ms=now
-        )
-        await bench_data.load_schedules(conn, n, RowState(later_ms=now + 86_400_000), now_ms=now)
-        await bench_data.vacuum(conn)
+        await bench_data.load_not_due(conn, n, crons=expressions, misfire="skip", grace_ms=60_000)
 
     await session.call(load)
     replicas = await session.start_replicas(o.replicas)

@@ -68,6 +68,7 @@ from qlsched.tools.demo.replicas import DemoFleet
 from qlsched.tools.demo.summary import summary
 from qlsched.tools.demo.text import wrap
 from qlsched.tools.fleet import ReplicaFailed, wait_started
+from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.verify import (
     VerifyReport,
     drop_database,
@@ -157,49 +158,32 @@ def _password_hint() -> str:
     )
 
 
-def _single_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 async def _run(target: Target, plan: Plan, fleet: DemoFleet) -> int:
     """The Trio program: the demo under a SIGINT/SIGTERM watch, and its clean-up."""
-    caught: list[int] = []
-    code = 1
     # Like Python's own Ctrl-C handling, respect a SIGINT ignored by whoever started us
     # (nohup, a background job of a script).
     watched = [signal.SIGTERM]
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         watched.append(signal.SIGINT)
+
+    async def work() -> int:
+        try:
+            return await _demo(target, plan, fleet)
+        finally:
+            # Interrupted or failed: the replicas die now (SIGKILL, by pid) and the
+            # fleet reaps them on exit. Stopped in order already: nothing to do.
+            fleet.kill_all()
+            if target.drop_after:
+                with trio.move_on_after(CLEANUP_S, shield=True):
+                    await _drop(target)
+
     try:
-        with trio.open_signal_receiver(*watched) as signals:
-            async with trio.open_nursery() as nursery:
-
-                async def watch() -> None:
-                    async for signum in signals:
-                        caught.append(signum)
-                        nursery.cancel_scope.cancel()
-                        return
-
-                nursery.start_soon(watch)
-                try:
-                    code = await _demo(target, plan, fleet)
-                finally:
-                    nursery.cancel_scope.cancel()
-                    # Interrupted or failed: the replicas die now (SIGKILL, by pid) and the
-                    # fleet reaps them on exit. Stopped in order already: nothing to do.
-                    fleet.kill_all()
-                    if target.drop_after:
-                        with trio.move_on_after(CLEANUP_S, shield=True):
-                            await _drop(target)
+        return await run_until_signal(work, *watched)
     except BaseExceptionGroup as group:
-        raise _single_leaf(group) from None
-    if caught:
-        name = signal.Signals(caught[0]).name
-        print(f"qlsched demo: {name}: replicas killed, nothing left behind", file=sys.stderr)
-        return 128 + caught[0]
-    return code
+        raise single_leaf(group) from None
+    except Interrupted as stop:
+        print(f"qlsched demo: {stop}: replicas killed, nothing left behind", file=sys.stderr)
+        return 128 + stop.signum
 
 
 async def _drop(target: Target) -> None:
