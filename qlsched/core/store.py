@@ -38,8 +38,8 @@ class ScheduleStore(Protocol):
         ...
 
 
-class ScheduleView(msgspec.Struct, frozen=True):
-    """One schedule row as status, ``/v1/schedules`` and metrics show it (database times)."""
+class ScheduleRow(msgspec.Struct, frozen=True):
+    """One schedule row with its trigger's cron and zone (database times, epoch ms)."""
 
     project_id: str
     trigger_id: str
@@ -52,7 +52,15 @@ class ScheduleView(msgspec.Struct, frozen=True):
     claim_owner: str | None
     claim_expires_at_ms: int | None
     skipped_total: int
+    """Occurrences the ``skip`` policy dropped because they were found past the grace."""
     coalesced_total: int
+    """Occurrences passed over by a Fire that admitted an earlier one (either policy)."""
+
+
+class ScheduleView(ScheduleRow, frozen=True):
+    """A schedule row as ``/v1/schedules``, metrics and ``edge status`` show it, with the
+    database time it was read at (``qlsched status`` gives that time once, beside its rows)."""
+
     now_ms: int
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from qlsched.commands.status import render
 from qlsched.core.specs import TriggerEntry
-from qlsched.postgres.status import StatusReport, StatusSchedule
+from qlsched.core.store import ScheduleRow
+from qlsched.postgres.status import StatusReport
 from tests.integration.cluster_support import PROJECT, open_superuser, publish_triggers
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
@@ -97,7 +98,7 @@ class _Terminal(io.StringIO):
 
 
 def _report() -> StatusReport:
-    row = StatusSchedule(
+    row = ScheduleRow(
         project_id="p",
         trigger_id="nightly",
         trigger_revision=1,
