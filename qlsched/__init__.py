@@ -25,8 +25,8 @@ _EXPORTS = {
     "serve": "qlsched.cluster.root",
     "Config": "qlsched.core.config",
     "ConfigError": "qlsched.core.config",
-    "load_config": "qlsched.core.config",
-    "DiagnosticSink": "qlsched.core.diagnostics",
+    "load_config": "qlsched.settings",
+    "DiagnosticSink": "qlsched.sinks:StreamSink",
     "SchemaNotReady": "qlsched.postgres.errors",
     "DatabaseUnavailable": "qlsched.postgres.errors",
 }
@@ -44,13 +44,15 @@ __all__ = [
 
 if TYPE_CHECKING:
     from qlsched.cluster.root import ClusterControl, open_cluster_control, serve
-    from qlsched.core.config import Config, ConfigError, load_config
-    from qlsched.core.diagnostics import DiagnosticSink
+    from qlsched.core.config import Config, ConfigError
     from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady
+    from qlsched.settings import load_config
+    from qlsched.sinks import StreamSink as DiagnosticSink
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'qlsched' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    module, _, attribute = where.partition(":")
+    return getattr(importlib.import_module(module), attribute or name)

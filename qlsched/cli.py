@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from qlsched.commands.edge_args import EDGE_HELP, add_edge_arguments
+from qlsched.core.config import BOUNDS, FLAGS, flag_of
 
 COMMANDS: dict[str, str] = {
     "demo": "an embedded cluster of replicas, one crashed, verified exactly once",
@@ -38,11 +39,24 @@ TOOLS: dict[str, str] = {
 """Commands whose module is in the tools wing rather than ``qlsched.commands``."""
 
 
+DATABASE_OPTIONS = ("dsn", "pg_bindir", "data_dir")
+
+
+def _add_config_options(p: argparse.ArgumentParser, *names: str, **help: str) -> None:
+    """Flags for config options: the name, type and help come from ``core.config.FLAGS``
+    (``help`` overrides a text where a command reads the option differently)."""
+    for name in names:
+        text = help.get(name, FLAGS[name])
+        if name in BOUNDS:
+            p.add_argument(flag_of(name), type=int, help=text)
+        else:
+            p.add_argument(flag_of(name), help=text)
+
+
 def _add_database_options(p: argparse.ArgumentParser, *, role: str) -> None:
-    p.add_argument("--dsn", help=f"PostgreSQL DSN ({role}); default: the local database")
+    _add_config_options(p, "dsn", dsn=f"PostgreSQL DSN ({role}); default: the local database")
     p.add_argument("--config", help="a TOML config file (also QLSCHED_CONFIG)")
-    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
-    p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
+    _add_config_options(p, "pg_bindir", "data_dir")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         " PGSERVICE is set",
     )
     for name in ("migrate", "check"):
-        subs[name].add_argument("--lease-ms", type=int, help="the lease readiness compares against")
+        _add_config_options(subs[name], "lease_ms", lease_ms="the lease readiness compares against")
     subs["check"].add_argument("--json", action="store_true", help="one JSON object")
 
     p = subs["publish"]
@@ -97,13 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = subs["run"]
     _add_database_options(p, role="runtime")
-    p.add_argument("--owner", help="this replica's owner name (default HOST-PID)")
-    p.add_argument("--claim-budget", type=int, help="rows claimed per round (1..256, default 16)")
-    p.add_argument("--lease-ms", type=int, help="claim lease (default 30000)")
-    p.add_argument("--cadence-ms", type=int, help="round cadence (default 1000)")
-    p.add_argument("--stop-timeout-ms", type=int, help="drain deadline on stop (default 10000)")
-    p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules")
-    p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
+    _add_config_options(p, *(name for name in FLAGS if name not in DATABASE_OPTIONS))
     p.add_argument(
         "--summary",
         metavar="SECONDS",

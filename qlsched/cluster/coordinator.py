@@ -35,7 +35,7 @@ import trio
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.stats import RoundCounts, RoundStats
-from qlsched.core.config import CLAIM_BUDGET_HARD_CAP, Config
+from qlsched.core.config import Config
 from qlsched.core.cron import CronError, parse_cron
 from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
@@ -127,7 +127,7 @@ class Coordinator:
         self._store = store
         self._owner = config.owner
         self._lease_ms = config.lease_ms
-        self._budget = max(1, min(config.claim_budget, CLAIM_BUDGET_HARD_CAP))
+        self._budget = config.claim_budget
         self._round_budget = self._budget
         """Halved after a round that outlived its lease, doubled back after one that did
         not: a round too slow for its lease claims less instead of failing the same way."""
@@ -138,7 +138,8 @@ class Coordinator:
 
     @property
     def budget(self) -> int:
-        """Rows claimed per round at most: ``config.claim_budget`` capped at 256."""
+        """Rows claimed per round at most: ``config.claim_budget`` (1..256, checked by
+        ``Config``)."""
         return self._budget
 
     async def run_round(self, stop: trio.Event | None = None) -> RoundStats:

@@ -15,10 +15,14 @@ then cancels it, and the pools get ``POOL_CLOSE_S`` together to close before the
 
 Ownership: ``open_cluster_control`` owns every task, pool and listener it opens; nothing
 outlives its block. Only this module hands its nursery to services (``nursery.start``).
+The embedder's block runs inside those nurseries, so the root hands an error raised there
+back as itself, not wrapped in their ``ExceptionGroup``: ``except KeyError`` around the
+block sees the ``KeyError``, whatever the pools below do with groups.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,8 +35,9 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.metrics import Metrics
-from qlsched.core.config import Config, ConfigError, validate
+from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.exception_groups import single_leaf_unwrapped
 from qlsched.postgres.errors import (
     SchemaNotReady,
     StartupFailed,
@@ -44,6 +49,7 @@ from qlsched.postgres.reader import open_reader
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
+from qlsched.sinks import StreamSink
 
 DRAIN_SLACK_S: Final = 0.25
 """Beyond ``stop_timeout_ms``, how long the root waits for the cut round to unwind before it
@@ -98,17 +104,31 @@ async def _own_close_deadline() -> AsyncIterator[None]:
 async def _watching_calls(dbs: tuple[Database, ...]) -> AsyncIterator[None]:
     """Enforce the pools' call budgets for the block (start-up included); the block's own
     exception comes out as itself, not wrapped in the watchdog's nursery group."""
-    try:
+    with single_leaf_unwrapped():
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_calls, dbs)
+            nursery.start_soon(_watch_calls, dbs, name="qlsched.watch_calls")
             try:
                 yield
             finally:
                 nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        raise group.exceptions[0] from None
+
+
+def _session_settings(config: Config) -> dict[str, str]:
+    """The replica's own sessions' timeouts, from its config (the runtime role's settings,
+    which readiness checks, stay the default for every other session of the role)."""
+    return {"idle_in_transaction_session_timeout": f"{config.idle_in_transaction_timeout_ms}ms"}
+
+
+async def _serve_http_in(
+    scope: trio.CancelScope,
+    app: AdmissionApp,
+    address: tuple[str, int],
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """HTTP admission until ``scope`` is cancelled (the first step of the stop order)."""
+    with scope:
+        await serve_http(app, address[0], address[1], task_status=task_status)
 
 
 async def _startup_step(step: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -129,30 +149,23 @@ class ControlStatistics(msgspec.Struct, frozen=True):
     admit_statements: int
 
 
+@dataclasses.dataclass(eq=False)
 class ClusterControl:
     """A running replica. Read-only for callers, except ``request_stop``."""
 
-    def __init__(
-        self,
-        config: Config,
-        store: PostgresStore,
-        metrics: Metrics,
-        lifecycle: Lifecycle,
-        readiness: Readiness,
-        recovery: RecoveryReport,
-        trace: list[str],
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.metrics = metrics
-        self.lifecycle = lifecycle
-        self.readiness = readiness
-        self.recovery = recovery
-        self.trace = trace
-        """The start/stop steps in the order they happened (tests check the order)."""
-        self.http_address: tuple[str, int] | None = None
-        self.app: AdmissionApp | None = None
-        self._stop_requested = trio.Event()
+    config: Config
+    store: PostgresStore
+    """The adapter; it counts its admit statements and their retries."""
+    metrics: Metrics
+    lifecycle: Lifecycle
+    readiness: Readiness
+    """What the start-up readiness check found (ready, or ``SchemaNotReady`` was raised)."""
+    recovery: RecoveryReport
+    trace: list[str]
+    """The start/stop steps in the order they happened (tests check the order)."""
+    http_address: tuple[str, int] | None = None
+    app: AdmissionApp | None = None
+    _stop_requested: trio.Event = dataclasses.field(default_factory=trio.Event, repr=False)
 
     def request_stop(self) -> None:
         """Ask ``serve`` (or any waiter on ``wait_stop_requested``) to stop gracefully."""
@@ -178,7 +191,8 @@ async def open_cluster_control(
     """Run one replica for the duration of the block; leaving it stops in order.
 
     Raises:
-        ConfigError: the configuration is invalid or has no DSN (nothing was opened).
+        ConfigError: the configuration has no DSN (nothing was opened); a ``Config`` out of
+            bounds cannot be built at all.
         DatabaseUnavailable: the database could not be reached.
         StartupFailed: readiness or recovery hit a database error (a lock or statement
             timeout, no reply, a lost connection); the message names the step and cause.
@@ -189,12 +203,13 @@ async def open_cluster_control(
         ``stop_timeout_ms`` and returns within ``stop_timeout_ms`` + 1 s whatever the
         database does; ``statistics().lifecycle.cut_at_deadline`` says whether work was cut.
         Cancelling the enclosing scope cuts everything at once (no drain, no graceful pool
-        close) and leaves in-flight claims to expire.
+        close) and leaves in-flight claims to expire. An exception raised in the block
+        reaches the caller as itself, after the same stop.
     """
-    validate(config)
     if not config.dsn:
         raise ConfigError("dsn: a runtime DSN is required (flag --dsn or QLSCHED_DSN)")
-    sink = sink or DiagnosticSink(replica=config.owner)
+    if sink is None:
+        sink = StreamSink(replica=config.owner)
     trace: list[str] = []
     pool_size = max(2, min(config.claim_budget, 8))
     call_timeout = call_timeout_s(config.lease_ms, config.cadence_ms)
@@ -207,7 +222,7 @@ async def open_cluster_control(
             config.dsn,
             max_size=pool_size,
             application_name="qlsched-claim",
-            settings=CLAIM_SETTINGS,
+            settings={**CLAIM_SETTINGS, **_session_settings(config)},
             call_timeout=call_timeout,
             close_timeout=POOL_CLOSE_S,
         ) as claim_db,
@@ -216,7 +231,7 @@ async def open_cluster_control(
             isolation="serializable",
             max_size=2,
             application_name="qlsched-admit",
-            settings=ADMIT_SETTINGS,
+            settings={**ADMIT_SETTINGS, **_session_settings(config)},
             call_timeout=call_timeout,
             close_timeout=POOL_CLOSE_S,
         ) as admit_db,
@@ -251,49 +266,51 @@ async def open_cluster_control(
         )
         control = ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(lifecycle.run)
-                trace.append("lifecycle_started")
-                http_scope = trio.CancelScope()
-                address = config.http_address()
-                if address is not None:
-                    app = AdmissionApp(
-                        lifecycle=lifecycle,
-                        metrics=metrics,
-                        reader=http_reader,
-                        sink=sink,
-                        replica=config.owner,
-                        token=config.http_token,
-                    )
+            # The embedder's block runs inside this nursery: its error comes out as itself.
+            with single_leaf_unwrapped():
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(lifecycle.run, name=f"qlsched.lifecycle({config.owner})")
+                    trace.append("lifecycle_started")
+                    http_scope = trio.CancelScope()
+                    address = config.http_address()
+                    if address is not None:
+                        app = AdmissionApp(
+                            lifecycle=lifecycle,
+                            metrics=metrics,
+                            reader=http_reader,
+                            sink=sink,
+                            replica=config.owner,
+                            token=config.http_token,
+                        )
 
-                    async def run_http(
-                        *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
-                    ) -> None:
-                        with http_scope:
-                            await serve_http(app, address[0], address[1], task_status=task_status)
-
-                    control.http_address = await nursery.start(run_http)
-                    control.app = app
-                    trace.append("http_opened")
-                try:
-                    yield control
-                finally:
-                    if control.app is not None:
-                        control.app.withdraw()
-                        http_scope.cancel()
-                        trace.append("http_closed")
-                    lifecycle.stop()
-                    if trio.current_effective_deadline() == -math.inf:
-                        # The embedder's scope is cancelled: cut at once, no drain.
-                        nursery.cancel_scope.cancel()
-                    else:
-                        budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
-                        with trio.move_on_after(budget, shield=True):
-                            await lifecycle.wait_stopped()
-                        # A round that did not unwind by now is cancelled outright.
-                        nursery.cancel_scope.cancel()
-                    trace.append("lifecycle_stopped")
-                    close_deadline.set(trio.current_time() + POOL_CLOSE_S)
+                        control.http_address = await nursery.start(
+                            _serve_http_in,
+                            http_scope,
+                            app,
+                            address,
+                            name=f"qlsched.http({config.owner})",
+                        )
+                        control.app = app
+                        trace.append("http_opened")
+                    try:
+                        yield control
+                    finally:
+                        if control.app is not None:
+                            control.app.withdraw()
+                            http_scope.cancel()
+                            trace.append("http_closed")
+                        lifecycle.stop()
+                        if trio.current_effective_deadline() == -math.inf:
+                            # The embedder's scope is cancelled: cut at once, no drain.
+                            nursery.cancel_scope.cancel()
+                        else:
+                            budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
+                            with trio.move_on_after(budget, shield=True):
+                                await lifecycle.wait_stopped()
+                            # A round that did not unwind by now is cancelled outright.
+                            nursery.cancel_scope.cancel()
+                        trace.append("lifecycle_stopped")
+                        close_deadline.set(trio.current_time() + POOL_CLOSE_S)
         finally:
             trace.append("pools_closing")
 

@@ -14,11 +14,11 @@ import msgspec
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
-from qlsched.core.config import load_config
 from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
+from qlsched.settings import load_config
 
 
 def main(args: argparse.Namespace) -> int:

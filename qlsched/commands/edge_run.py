@@ -16,7 +16,7 @@ from typing import IO
 
 import trio
 
-from qlsched.core.diagnostics import DiagnosticSink
+from qlsched.sinks import StreamSink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.http import bound_address, open_http_listeners, parse_address, serve_http
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, db: str) -> int:
         database = await trio.to_thread.run_sync(lambda: open_checked(db, create=False, apply=True))
         try:
             listeners = await open_http_listeners(*address) if address is not None else None
-            sink = DiagnosticSink(stream, replica=settings.owner)
+            sink = StreamSink(stream, replica=settings.owner)
             scheduler = EdgeScheduler(SqliteStore(database), settings, sink)
             stop = trio.Event()
             failure: EdgeError | None = None

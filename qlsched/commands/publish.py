@@ -21,12 +21,12 @@ import trio
 
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
-from qlsched.core.config import load_config
 from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish_file
 from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
+from qlsched.settings import load_config
 
 PROGRESS_AFTER_S = 1.0
 

@@ -31,24 +31,12 @@ from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
 from qlsched.commands._summary import Summary
-from qlsched.core.config import Config, ConfigError, load_config
-from qlsched.core.diagnostics import DiagnosticSink, route_library_logs
+from qlsched.core.config import Config, ConfigError
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-
-FLAGS = (
-    "dsn",
-    "owner",
-    "claim_budget",
-    "lease_ms",
-    "cadence_ms",
-    "stop_timeout_ms",
-    "http",
-    "diagnostics",
-    "data_dir",
-    "pg_bindir",
-)
+from qlsched.settings import given_flags, load_config
+from qlsched.sinks import StreamSink, route_library_logs
 
 STOPPED_AT_DEADLINE: Final = 3
 """Exit code: stopped in time, but the deadline cut work in flight."""
@@ -136,7 +124,7 @@ async def run_replica(
     """Run until SIGINT/SIGTERM. A signal during start-up (readiness or recovery waiting on
     the database) cuts the start at once: nothing was scheduling yet, so that is a stop in
     order (exit 0)."""
-    sink = DiagnosticSink(stream, replica=config.owner)
+    sink = StreamSink(stream, replica=config.owner)
     try:
         check_listen(config.http_address())
     except CannotListen as exc:
@@ -223,9 +211,10 @@ def _summary_interval(args: argparse.Namespace) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    flags = {name: getattr(args, name, None) for name in FLAGS}
     try:
-        config = load_config(file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=flags)
+        config = load_config(
+            file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=given_flags(args)
+        )
         summary_s = _summary_interval(args)
     except ConfigError as exc:
         return fail("run", str(exc), 2)

@@ -21,10 +21,10 @@ from rich.table import Table
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
-from qlsched.core.config import load_config
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import StatusReport, read_status
+from qlsched.settings import load_config
 
 
 def _iso(ms: int | None) -> str:

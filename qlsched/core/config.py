@@ -1,16 +1,15 @@
-"""Replica configuration: one frozen Struct, its bounds, and where each value came from.
+"""Replica configuration: one frozen Struct, its bounds, and the options the CLI offers.
 
-Sources, each overriding the one before: defaults, a TOML file, ``QLSCHED_*`` environment
-variables, command-line flags. Everything is validated here, before PostgreSQL is opened; a
-bad value raises ``ConfigError`` naming the option, the bound and the source (exit code 2).
+A ``Config`` checks itself when it is built (``__post_init__``): a Config that exists is
+within every bound and relation, so nothing downstream checks or clamps it again. A bad value
+raises ``ConfigError`` naming the option and the bound (exit code 2); ``qlsched.settings``,
+which merges the file, the environment and the flags, names where the value came from.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -26,14 +25,32 @@ class ConfigError(ValueError):
     """A configuration value out of bounds or of the wrong type; one line, exit code 2."""
 
 
+class InvalidConfig(ConfigError):
+    """A bound or relation a Config breaks, naming the options involved and their sources."""
+
+    def __init__(
+        self, problem: str, options: tuple[str, ...], origin: Mapping[str, str] | None = None
+    ) -> None:
+        sources = ", ".join((origin or {}).get(name, "default") for name in options)
+        super().__init__(f"{problem} (from {sources})")
+        self.problem = problem
+        self.options = options
+
+    def sourced(self, origin: Mapping[str, str]) -> InvalidConfig:
+        """The same error naming where each option came from (a file, a variable, a flag)."""
+        return InvalidConfig(self.problem, self.options, origin)
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dsn: str | None = None
     owner: str = ""
+    """Required (1..200 characters); ``qlsched.settings`` fills in HOST-PID."""
     claim_budget: int = 16
     lease_ms: int = 30_000
     cadence_ms: int = 1_000
     stop_timeout_ms: int = 10_000
     idle_in_transaction_timeout_ms: int = 5_000
+    """The replica's sessions' ``idle_in_transaction_session_timeout``."""
     admit_retries: int = 5
     http: str | None = None
     data_dir: str | None = None
@@ -43,6 +60,11 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     http_token: str | None = None
     """A bearer token for ``/metrics`` and ``/v1/schedules`` (``QLSCHED_HTTP_TOKEN`` or the
     config file; no flag, so it never shows in ``ps``); None leaves them open."""
+
+    def __post_init__(self) -> None:
+        found = _problem(self)
+        if found is not None:
+            raise InvalidConfig(*found)
 
     def http_address(self) -> tuple[str, int] | None:
         if self.http is None:
@@ -63,10 +85,31 @@ BOUNDS: dict[str, tuple[int, int]] = {
 
 FIELDS = frozenset(Config.__struct_fields__)
 _INT_FIELDS = frozenset(BOUNDS)
+_DEFAULTS: Final[Mapping[str, Any]] = dict(
+    zip(Config.__struct_fields__, Config.__struct_defaults__, strict=True)
+)
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+_BUDGET = "{}..{}".format(*BOUNDS["claim_budget"])
+FLAGS: Final[Mapping[str, str]] = {
+    "dsn": "PostgreSQL DSN (runtime); default: the local database",
+    "pg_bindir": "PostgreSQL server binaries for the embedded database",
+    "data_dir": "data directory of the local database (qlsched local)",
+    "owner": "this replica's owner name (default HOST-PID)",
+    "claim_budget": f"rows claimed per round ({_BUDGET}, default {_DEFAULTS['claim_budget']})",
+    "lease_ms": f"claim lease (default {_DEFAULTS['lease_ms']})",
+    "cadence_ms": f"round cadence (default {_DEFAULTS['cadence_ms']})",
+    "stop_timeout_ms": f"drain deadline on stop (default {_DEFAULTS['stop_timeout_ms']})",
+    "http": "HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules",
+    "diagnostics": "file for diagnostic JSON lines (default stderr)",
+}
+"""The options ``qlsched run`` takes as flags (``flag_of``), with their help; the others
+come from the environment or the file only."""
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of an option: ``claim_budget`` is ``--claim-budget``."""
+    return "--" + name.replace("_", "-")
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -75,7 +118,9 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+def coerce(name: str, value: Any, source: str) -> Any:
+    """``value`` for option ``name`` as its type (an integer from a string too), or
+    ``ConfigError`` naming ``source``."""
     if name in SECRET_FIELDS and value is not None and not isinstance(value, str):
         raise ConfigError(f"{name}: expected a string (from {source})")
     if name in _INT_FIELDS:
@@ -94,42 +139,6 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{name}: expected a string, got {_shown(value)} (from {source})")
     return value
-
-
-def load_config(
-    *,
-    file: str | None = None,
-    env: Mapping[str, str] | None = None,
-    flags: Mapping[str, Any] | None = None,
-) -> Config:
-    """Merge the sources and validate. ``flags`` holds only the flags actually given."""
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    if file is not None:
-        try:
-            with open(file, "rb") as fh:
-                raw = fh.read(CONFIG_FILE_MAX_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"config file {file}: {exc.strerror}") from None
-        values = decode_config_file(raw, f"config file {file}")
-        origin = dict.fromkeys(values, f"config file {file}")
-    environ = os.environ if env is None else env
-    for name in FIELDS:
-        var = f"QLSCHED_{name.upper()}"
-        if var in environ:
-            values[name] = _coerce(name, environ[var], f"environment {var}")
-            origin[name] = f"environment {var}"
-    for name, value in (flags or {}).items():
-        if value is None:
-            continue
-        flag = "--" + name.replace("_", "-")
-        values[name] = _coerce(name, value, f"flag {flag}")
-        origin[name] = f"flag {flag}"
-    if not values.get("owner"):
-        values["owner"] = default_owner()
-    config = Config(**values)
-    validate(config, origin)
-    return config
 
 
 def decode_config_file(raw: bytes, source: str) -> dict[str, Any]:
@@ -152,41 +161,33 @@ def decode_config_file(raw: bytes, source: str) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name not in FIELDS:
             raise ConfigError(f"{printable(key)}: unknown option (from {source})")
-        values[name] = _coerce(name, value, source)
+        values[name] = coerce(name, value, source)
     return values
 
 
-def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
-    """Check every bound and relation; raise ConfigError naming option, bound and source."""
-    origin = origin or {}
-
-    def src(name: str) -> str:
-        return origin.get(name, "default")
-
+def _problem(config: Config) -> tuple[str, tuple[str, ...]] | None:
+    """The first bound or relation ``config`` breaks, and the options it names."""
     for name, (low, high) in BOUNDS.items():
         value = getattr(config, name)
         if not low <= value <= high:
-            raise ConfigError(f"{name}={value} is out of bounds {low}..{high} (from {src(name)})")
-    if config.lease_ms <= config.stop_timeout_ms:
-        raise ConfigError(
-            f"lease_ms={config.lease_ms} must be greater than stop_timeout_ms="
-            f"{config.stop_timeout_ms} (from {src('lease_ms')}, {src('stop_timeout_ms')})"
-        )
-    if config.lease_ms <= config.cadence_ms:
-        raise ConfigError(
-            f"lease_ms={config.lease_ms} must be greater than cadence_ms="
-            f"{config.cadence_ms} (from {src('lease_ms')}, {src('cadence_ms')})"
-        )
+            return f"{name}={value} is out of bounds {low}..{high}", (name,)
+    for other in ("stop_timeout_ms", "cadence_ms"):
+        if config.lease_ms <= getattr(config, other):
+            return (
+                f"lease_ms={config.lease_ms} must be greater than {other}={getattr(config, other)}",
+                ("lease_ms", other),
+            )
     if config.idle_in_transaction_timeout_ms >= config.lease_ms:
-        raise ConfigError(
+        return (
             f"idle_in_transaction_timeout_ms={config.idle_in_transaction_timeout_ms} must be "
-            f"below lease_ms={config.lease_ms} (from {src('idle_in_transaction_timeout_ms')})"
+            f"below lease_ms={config.lease_ms}",
+            ("idle_in_transaction_timeout_ms",),
         )
     if config.dsn is not None and not config.dsn.strip():
         # An empty DSN is a mistake (an unset shell variable), never "use the embedded one".
-        raise ConfigError(f"dsn: must not be empty (from {src('dsn')})")
+        return "dsn: must not be empty", ("dsn",)
     if not config.owner or len(config.owner) > 200:
-        raise ConfigError(f"owner must be 1..200 characters (from {src('owner')})")
+        return "owner must be 1..200 characters", ("owner",)
     if config.http_token is not None and not (
         config.http_token.strip()
         and config.http_token.isascii()
@@ -194,18 +195,16 @@ def validate(config: Config, origin: Mapping[str, str] | None = None) -> None:
         and config.http_token == config.http_token.strip()
     ):
         # Never echo the value: it is a secret.
-        raise ConfigError(
-            "http_token: must be non-empty printable ASCII without surrounding spaces"
-            f" (from {src('http_token')})"
+        return (
+            "http_token: must be non-empty printable ASCII without surrounding spaces",
+            ("http_token",),
         )
     if config.http is not None:
         host, sep, port = config.http.rpartition(":")
         digits = port.isascii() and port.isdigit()
         if not sep or not host or not digits or not 0 <= int(port) <= 65535:
-            raise ConfigError(
-                f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535"
-                f" (from {src('http')})"
-            )
+            return f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535", ("http",)
+    return None
 
 
 def encode_config(config: Config) -> bytes:

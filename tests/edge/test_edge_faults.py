@@ -20,7 +20,6 @@ import pytest
 import trio
 
 from qlsched.cli import main
-from qlsched.core.diagnostics import MemorySink
 from qlsched.sqlite import database
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.errors import EdgeDatabaseError
@@ -36,6 +35,7 @@ from tests.edge.support import (
     start_run,
     wait_ready,
 )
+from tests.support.memory_sink import MemorySink
 
 KILLS = 22
 

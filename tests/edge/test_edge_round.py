@@ -14,7 +14,6 @@ import trio
 
 from qlsched.core.cron import parse_cron
 from qlsched.core.decide import TriggerSpec, decide
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
@@ -25,6 +24,7 @@ from qlsched.sqlite.publish import publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import AUDIT_BAD_RUNS, read
+from tests.support.memory_sink import MemorySink
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 MINUTE = 60_000

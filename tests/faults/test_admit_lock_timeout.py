@@ -18,7 +18,6 @@ import trio_asyncio
 
 from qlsched.cluster.coordinator import Coordinator, RoundStats
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.diagnostics import MemorySink
 from qlsched.embedded import EmbeddedPostgres, open_embedded
 from tests.faults.stop_support import run_count, table_locks, wait_runs
 from tests.support.faults import (
@@ -32,6 +31,7 @@ from tests.support.faults import (
     seed_cursors,
     verify_end_state,
 )
+from tests.support.memory_sink import MemorySink
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -16,7 +16,6 @@ import trio
 import trio_asyncio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.diagnostics import MemorySink
 from qlsched.embedded import open_embedded
 from tests.support.faults import (
     control_config,
@@ -30,6 +29,7 @@ from tests.support.faults import (
     seed_cursors,
     verify_end_state,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pgproxy import PgProxy, unix_socket_path
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

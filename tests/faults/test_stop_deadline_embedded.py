@@ -17,7 +17,6 @@ import trio
 
 from qlsched.cluster.root import ClusterControl, serve
 from qlsched.core.config import Config
-from qlsched.core.diagnostics import MemorySink
 from qlsched.embedded import EmbeddedPostgres, open_embedded
 from tests.faults.stop_support import (
     CADENCE_MS,
@@ -33,6 +32,7 @@ from tests.faults.stop_support import (
     wait_runs,
 )
 from tests.support.faults import report
+from tests.support.memory_sink import MemorySink
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

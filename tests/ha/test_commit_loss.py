@@ -20,7 +20,6 @@ import trio
 import trio_asyncio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.diagnostics import MemorySink
 from tests.support.faults import (
     PROJECT,
     control_config,
@@ -38,6 +37,7 @@ from tests.support.faults import (
     server_base_dir,
     verify_end_state,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
 pytestmark = [pytest.mark.ha, pytest.mark.slow]

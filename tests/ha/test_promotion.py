@@ -17,7 +17,6 @@ import trio
 import trio_asyncio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import TriggerEntry
 from qlsched.postgres.pool import open_database
@@ -38,6 +37,7 @@ from tests.support.faults import (
     server_base_dir,
     verify_end_state,
 )
+from tests.support.memory_sink import MemorySink
 
 pytestmark = [pytest.mark.ha, pytest.mark.slow]
 

@@ -28,7 +28,6 @@ import trio_asyncio
 
 from qlsched.core.cron import parse_cron
 from qlsched.core.decide import TriggerSpec, decide
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Decision, Fire, Initialize, NotDue, Outcome, Skip
@@ -37,6 +36,7 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntr
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from qlsched.core.config import Config, validate
+from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, Database, connect_once, open_database
 from qlsched.postgres.publish import publish
@@ -67,9 +67,7 @@ def control_config(dsn: str, owner: str, **overrides: Any) -> Config:
         "stop_timeout_ms": 2_000,
     }
     values.update(overrides)
-    config = Config(**values)
-    validate(config)
-    return config
+    return Config(**values)
 
 
 class Occurrence(msgspec.Struct, frozen=True):

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.outcomes import RetryExhausted
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.store import ADMIT_SETTINGS, PostgresStore
@@ -27,6 +26,7 @@ from tests.integration.adapter_support import (
     one_project,
     open_env,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration

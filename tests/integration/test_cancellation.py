@@ -35,8 +35,7 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.stats import RoundStats
-from qlsched.core.config import Config, validate
-from qlsched.core.diagnostics import MemorySink
+from qlsched.core.config import Config
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.store import PostgresStore
 from tests.integration.cluster_support import (
@@ -48,6 +47,7 @@ from tests.integration.cluster_support import (
     trigger,
     wait_until,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration
@@ -162,9 +162,7 @@ class Seeded:
 
 def round_config(*, stop_timeout_ms: int = 2_000) -> Config:
     # A long cadence: a lifecycle under test runs exactly one round before it is stopped.
-    config = Config(owner=OWNER, lease_ms=6_000, cadence_ms=5_000, stop_timeout_ms=stop_timeout_ms)
-    validate(config)
-    return config
+    return Config(owner=OWNER, lease_ms=6_000, cadence_ms=5_000, stop_timeout_ms=stop_timeout_ms)
 
 
 class Rig:

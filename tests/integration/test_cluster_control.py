@@ -20,7 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 import qlsched
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.core.config import Config
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.fence import Claim
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.pool import Connection, Database, open_database
@@ -36,6 +35,7 @@ from tests.integration.cluster_support import (
     trigger,
     wait_until,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration

@@ -16,12 +16,12 @@ import pytest
 import trio
 
 from qlsched.cluster.root import open_cluster_control
-from qlsched.core.config import Config, validate
-from qlsched.core.diagnostics import MemorySink
+from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
 from qlsched.tools.verify import Occurrence, VerifyReport, verify_exactly_once
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,6 @@ async def _schedule_for(db: TestDatabase, seconds: float) -> None:
     config = Config(
         dsn=db.runtime_dsn, owner="r1", lease_ms=10_000, cadence_ms=100, stop_timeout_ms=2_000
     )
-    validate(config)
     async with open_cluster_control(config, sink=MemorySink(replica="r1")):
         await trio.sleep(seconds)
 

@@ -11,9 +11,9 @@ import trio
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import Metrics
-from qlsched.core.config import Config, validate
-from qlsched.core.diagnostics import MemorySink
+from qlsched.core.config import Config
 from qlsched.core.fence import Claim
+from tests.support.memory_sink import MemorySink
 from tests.support.memory_store import Hook, MemoryStore
 
 BASE_MS = 1_767_225_630_000
@@ -36,9 +36,7 @@ def make_config(**overrides: Any) -> Config:
         "stop_timeout_ms": 2_000,
     }
     values.update(overrides)
-    config = Config(**values)
-    validate(config)
-    return config
+    return Config(**values)
 
 
 @dataclasses.dataclass

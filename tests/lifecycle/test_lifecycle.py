@@ -16,7 +16,7 @@ from trio.testing import MockClock
 
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
-from qlsched.core.diagnostics import DiagnosticSink
+from qlsched.sinks import StreamSink
 from tests.lifecycle.conftest import (
     BASE_MS,
     MINUTE_MS,
@@ -327,7 +327,7 @@ async def test_diagnostics_never_carry_exception_messages(autojump_clock: MockCl
 
     stream = io.StringIO()
     store = MemoryStore(mock_now_ms, hook=explode)
-    sink = DiagnosticSink(stream, replica="r1")
+    sink = StreamSink(stream, replica="r1")
     base = make_replica(store)
     coordinator = Coordinator(store, base.config, sink, base.metrics)
     lifecycle = Lifecycle(coordinator, base.config)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from qlsched.core.config import BOUNDS, Config, ConfigError, load_config, validate
+from qlsched.core.config import BOUNDS, Config, ConfigError
+from qlsched.settings import load_config
 
 BASE = {"owner": "r1", "lease_ms": 3_600_000, "stop_timeout_ms": 0, "cadence_ms": 10}
 """A config where every relation holds whichever single bound a case moves."""
@@ -15,7 +16,7 @@ BASE = {"owner": "r1", "lease_ms": 3_600_000, "stop_timeout_ms": 0, "cadence_ms"
 
 def error_of(values: dict[str, Any]) -> str | None:
     try:
-        validate(Config(**values))
+        Config(**values)
     except ConfigError as exc:
         return str(exc)
     return None
@@ -38,9 +39,9 @@ def test_each_bound_is_inclusive_and_named(name: str) -> None:
 def test_relations_between_options() -> None:
     """Rule: the lease must outlast the stop deadline and the cadence."""
     with pytest.raises(ConfigError, match="lease_ms=10000 must be greater than stop_timeout_ms"):
-        validate(Config(owner="r1", lease_ms=10_000, stop_timeout_ms=10_000))
+        Config(owner="r1", lease_ms=10_000, stop_timeout_ms=10_000)
     with pytest.raises(ConfigError, match="lease_ms"):
-        validate(Config(owner="r1", lease_ms=2_000, stop_timeout_ms=0, cadence_ms=2_000))
+        Config(owner="r1", lease_ms=2_000, stop_timeout_ms=0, cadence_ms=2_000)
 
 
 def test_sources_override_in_order_and_are_named() -> None:

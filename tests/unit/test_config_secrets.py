@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from qlsched.core.config import ConfigError, decode_config_file, load_config
+from qlsched.core.config import ConfigError, decode_config_file
+from qlsched.settings import load_config
 
 MARK = "QLMARK7z"
 

@@ -10,12 +10,8 @@ import logging
 
 import pytest
 
-from qlsched.core.diagnostics import (
-    LIBRARY_LOGGERS,
-    Diagnostic,
-    DiagnosticSink,
-    route_library_logs,
-)
+from qlsched.core.diagnostics import Diagnostic
+from qlsched.sinks import LIBRARY_LOGGERS, StreamSink, route_library_logs
 
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
@@ -33,7 +29,7 @@ def test_each_line_starts_with_a_utc_timestamp_and_a_level() -> None:
     """Rule: every line carries ``ts`` (UTC, ISO 8601 with Z, millisecond precision) and
     ``level`` (error for a failed step, warning otherwise), before the fixed fields."""
     stream = io.StringIO()
-    sink = DiagnosticSink(stream, replica="r1")
+    sink = StreamSink(stream, replica="r1")
     before = dt.datetime.now(dt.UTC)
     sink.emit(Diagnostic(code="round_failed", exception="OSError", count=2))
     sink.emit(Diagnostic(code="admit_batch_fallback", count=3))
@@ -58,7 +54,7 @@ def test_library_records_become_codes_without_their_text(
     message and traceback reach neither the sink nor stderr. Outside, the logger is as
     it was."""
     stream = io.StringIO()
-    sink = DiagnosticSink(stream)
+    sink = StreamSink(stream)
     logger = logging.getLogger(name)
     propagate = logger.propagate
     with route_library_logs(sink):
