@@ -16,6 +16,7 @@ from typing import IO
 
 import trio
 
+from qlsched.commands._signals import watch_signals
 from qlsched.sinks import StreamSink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
@@ -23,16 +24,6 @@ from qlsched.sqlite.http import bound_address, open_http_listeners, parse_addres
 from qlsched.sqlite.lock import hold_run_lock
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
-
-
-async def _stop_on_signal(
-    stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()  # the handlers are in place before readiness is announced
-        async for _ in signals:
-            stop.set()
-            return
 
 
 def run(args: argparse.Namespace, db: str) -> int:
@@ -53,9 +44,15 @@ def run(args: argparse.Namespace, db: str) -> int:
             stop = trio.Event()
             failure: EdgeError | None = None
             async with trio.open_nursery() as nursery:
-                await nursery.start(_stop_on_signal, stop)
+                # The handlers are in place before readiness is announced.
+                await nursery.start(
+                    watch_signals,
+                    (signal.SIGINT, signal.SIGTERM),
+                    lambda _: stop.set(),
+                    name="qlsched.signals",
+                )
                 if listeners is not None:
-                    nursery.start_soon(serve_http, scheduler, listeners)
+                    nursery.start_soon(serve_http, scheduler, listeners, name="qlsched.edge.http")
                     host, port = bound_address(listeners)
                     print(f"qlsched edge run: http on {host}:{port}", file=sys.stderr)
                 print(

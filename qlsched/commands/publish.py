@@ -23,6 +23,7 @@ from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish_file
+from qlsched.exception_groups import single_leaf_unwrapped
 from qlsched.postgres.login import ADMIN, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
@@ -53,17 +54,14 @@ async def _progress() -> AsyncIterator[list[str]]:
             await trio.sleep(1.0)
 
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(tick)
-            try:
-                yield steps
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
         # The body's own error, not a group: the caller maps it to one line and an exit code.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
+        with single_leaf_unwrapped():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tick, name="qlsched.publish.progress")
+                try:
+                    yield steps
+                finally:
+                    nursery.cancel_scope.cancel()
     finally:
         if shown:
             sys.stderr.write("\n")

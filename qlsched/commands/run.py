@@ -30,6 +30,7 @@ import trio
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands._signals import watch_signals
 from qlsched.commands._summary import Summary
 from qlsched.core.config import Config, ConfigError
 from qlsched.postgres.errors import SchemaNotReady
@@ -146,7 +147,9 @@ async def run_replica(
                 )
                 async with trio.open_nursery() as nursery:
                     if summary_s > 0:
-                        nursery.start_soon(_print_summaries, control, summary_s)
+                        nursery.start_soon(
+                            _print_summaries, control, summary_s, name="qlsched.summaries"
+                        )
                     await stop.wait()
                     nursery.cancel_scope.cancel()
         except Exception as exc:
@@ -154,13 +157,10 @@ async def run_replica(
             failures.append(exc)
         done.cancel()
 
-    with (
-        route_library_logs(sink),
-        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
-    ):
+    with route_library_logs(sink):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(replica, nursery.cancel_scope)
-            async for signum in signals:
+
+            def on_signal(signum: int) -> None:
                 name = signal.Signals(signum).name
                 if controls:
                     _say(f"{name}: stopping (deadline {config.stop_timeout_ms} ms)")
@@ -168,7 +168,11 @@ async def run_replica(
                 else:
                     _say(f"{name}: stopping during start-up")
                     nursery.cancel_scope.cancel()
-                break
+
+            await nursery.start(
+                watch_signals, (signal.SIGINT, signal.SIGTERM), on_signal, name="qlsched.signals"
+            )
+            nursery.start_soon(replica, nursery.cancel_scope, name="qlsched.replica")
     if failures:
         failure = failures[0]
         if isinstance(failure, SchemaNotReady):

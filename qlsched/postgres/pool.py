@@ -2,8 +2,8 @@
 
 Every call crosses the trio-asyncio bridge exactly once: ``Database.run(fn)`` sends one
 asyncio coroutine that acquires a connection, runs ``fn(conn)`` (one transaction, or one
-statement as an implicit transaction) and releases it. Per-statement crossings were
-measured to halve throughput (a crossing costs ~56 µs here).
+statement as an implicit transaction) and releases it: a crossing is costly enough that one
+per statement would cut throughput (docs/performance.md, "The trio-asyncio bridge").
 
 Ownership: ``open_database`` owns the pool (and the trio-asyncio loop when none is open)
 and closes it on exit. Cancellation: a call cut mid-flight (Trio cancellation, a lost
@@ -31,9 +31,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import asyncpg
+import msgspec
 import trio
 import trio_asyncio
 
+from qlsched.exception_groups import single_leaf
 from qlsched.postgres.dsn import DsnError, check_dsn, database_of, describe_dsn_rejection
 from qlsched.postgres.errors import (
     CallTimeout,
@@ -62,6 +64,16 @@ owner stopping several pools, some opened by helpers, sets one deadline for all 
 bridge_errors: collections.Counter[str] = collections.Counter()
 """Exception class -> count of asyncio-side errors the bridge swallowed (dead connections'
 orphaned futures). Process-wide: read by tests and diagnostics, never reset by the code."""
+
+
+class PoolStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one pool's connections (``Database.statistics()``)."""
+
+    size: int
+    """Connections open, checked out or idle."""
+    idle: int
+    """Connections open and not checked out."""
+    max_size: int
 
 
 class Database:
@@ -160,12 +172,12 @@ class Database:
         except asyncpg.InterfaceError as exc:
             bridge_errors[type(exc).__name__] += 1
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            "size": self._pool.get_size(),
-            "idle": self._pool.get_idle_size(),
-            "max": self._pool.get_max_size(),
-        }
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(
+            size=self._pool.get_size(),
+            idle=self._pool.get_idle_size(),
+            max_size=self._pool.get_max_size(),
+        )
 
 
 async def _create_pool(
@@ -228,7 +240,7 @@ async def _bridge() -> AsyncIterator[Any]:
     except BaseExceptionGroup as group:
         # open_loop runs nurseries, which wrap what our own code raised; hand callers the
         # one exception they can handle (a DatabaseUnavailable, a Cancelled) when it is one.
-        leaf = _single_leaf(group)
+        leaf = single_leaf(group)
         if leaf is None:
             raise
         if not body_raised and _is_dead_connection(leaf):
@@ -240,15 +252,6 @@ async def _bridge() -> AsyncIterator[Any]:
 
 def _is_dead_connection(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and classify(exc) is ErrorKind.CONNECTION
-
-
-def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc
 
 
 @contextmanager

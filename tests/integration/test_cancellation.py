@@ -213,7 +213,7 @@ class Rig:
 
         async def pools_idle() -> bool:
             stats = [self.claim_db.statistics(), self.admit_db.statistics()]
-            return all(s["size"] == s["idle"] for s in stats)
+            return all(s.size == s.idle for s in stats)
 
         async def backends_idle() -> bool:
             return await self.su.busy_runtime_backends() == []
