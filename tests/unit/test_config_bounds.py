@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from qlsched.core.config import BOUNDS, Config, ConfigError
-from qlsched.settings import load_config
+from qlsched.cli import build_parser
+from qlsched.core.config import BOUNDS, FLAGS, Config, ConfigError, flag_of
+from qlsched.settings import given_flags, load_config
 
 BASE = {"owner": "r1", "lease_ms": 3_600_000, "stop_timeout_ms": 0, "cadence_ms": 10}
 """A config where every relation holds whichever single bound a case moves."""
@@ -53,3 +54,25 @@ def test_sources_override_in_order_and_are_named() -> None:
     assert (config.lease_ms, config.claim_budget) == (40_000, 4)
     with pytest.raises(ConfigError, match=r"\(from environment QLSCHED_CADENCE_MS\)"):
         load_config(env={"QLSCHED_CADENCE_MS": "5"})
+
+
+def test_every_run_flag_sets_the_config_field_it_is_named_after() -> None:
+    """Rule: ``qlsched run`` has one flag per entry of ``core.config.FLAGS``, named after its
+    Config field (``claim_budget`` is ``--claim-budget``), and the value given lands in that
+    field: the option names have one source."""
+    given = {
+        "dsn": "postgresql://db.invalid/qlsched",
+        "pg_bindir": "bin",
+        "data_dir": "data",
+        "owner": "o1",
+        "claim_budget": "7",
+        "lease_ms": "40000",
+        "cadence_ms": "500",
+        "stop_timeout_ms": "1000",
+        "http": "127.0.0.1:9",
+        "diagnostics": "d.log",
+    }
+    assert set(given) == set(FLAGS)
+    argv = ["run", *(part for name, value in given.items() for part in (flag_of(name), value))]
+    config = load_config(env={}, flags=given_flags(build_parser().parse_args(argv)))
+    assert {name: str(getattr(config, name)) for name in FLAGS} == given
