@@ -202,16 +202,7 @@ class Coordinator:
                 # Left to expire rather than released: a released row is due again at once
                 # and, ordered first, would take the budget from valid rows every round.
                 tally.count_error(SPEC_INVALID)
-                self.sink.emit(
-                    Diagnostic(
-                        code=SPEC_INVALID,
-                        replica=self._owner,
-                        at_ms=claim.claimed_at_ms,
-                        project_id=claim.project_id,
-                        trigger_id=claim.trigger_id,
-                        exception=spec.exception,
-                    )
-                )
+                self._emit(SPEC_INVALID, claim, at_ms=claim.claimed_at_ms, exception=spec.exception)
                 return
             decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
             match decision:
@@ -318,13 +309,13 @@ class Coordinator:
                 self._refused(outcome, part)
             case CommitUnknown(exception=exception):
                 tally.commit_unknown += 1
-                self._report(outcome, exception=exception)
+                self._emit(outcome_code(outcome), outcome, exception=exception)
             case RetryExhausted(attempts=attempts, sqlstate=sqlstate):
                 tally.retry_exhausted += 1
-                self._report(outcome, sqlstate=sqlstate, count=attempts)
+                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, count=attempts)
             case StoreFailed(sqlstate=sqlstate, exception=exception):
                 tally.store_failed += 1
-                self._report(outcome, sqlstate=sqlstate, exception=exception)
+                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, exception=exception)
             case _:
                 assert_never(outcome)
 
@@ -333,30 +324,28 @@ class Coordinator:
         re-publishes: a diagnostic naming it, and a metric by outcome and part."""
         code = outcome_code(outcome)
         self.metrics.count_refused(code, part)
-        self.sink.emit(
-            Diagnostic(
-                code=code,
-                replica=self._owner,
-                project_id=outcome.project_id,
-                trigger_id=outcome.trigger_id,
-                part=part,
-            )
-        )
+        self._emit(code, outcome, part=part)
 
-    def _report(
+    def _emit(
         self,
-        outcome: CommitUnknown | RetryExhausted | StoreFailed,
+        code: str,
+        about: Claim | Outcome,
         *,
+        at_ms: int | None = None,
+        part: str | None = None,
         sqlstate: str | None = None,
         exception: str | None = None,
         count: int | None = None,
     ) -> None:
+        """A diagnostic about one trigger (a claim of it, or a store outcome for it)."""
         self.sink.emit(
             Diagnostic(
-                code=outcome_code(outcome),
+                code=code,
                 replica=self._owner,
-                project_id=outcome.project_id,
-                trigger_id=outcome.trigger_id,
+                at_ms=at_ms,
+                project_id=about.project_id,
+                trigger_id=about.trigger_id,
+                part=part,
                 sqlstate=sqlstate,
                 exception=exception,
                 count=count,

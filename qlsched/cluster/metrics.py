@@ -96,45 +96,37 @@ class Metrics:
         r = self.registry
         if admit_counts is not None:
             r.register(_AdmitCountsCollector(admit_counts))
-        self.rounds: Final = Counter("qlsched_rounds", "Coordinator rounds completed.", registry=r)
-        self.round_failures: Final = Counter(
-            "qlsched_round_failures", "Rounds that ended in an exception.", registry=r
+
+        def counter(name: str, documentation: str, *labels: str) -> Counter:
+            return Counter(name, documentation, labels, registry=r)
+
+        self.rounds: Final = counter("qlsched_rounds", "Coordinator rounds completed.")
+        self.round_failures: Final = counter(
+            "qlsched_round_failures", "Rounds that ended in an exception."
         )
-        self.claims: Final = Counter("qlsched_claims", "Schedule rows claimed.", registry=r)
-        self.admits: Final = Counter("qlsched_admits", "Runs admitted.", registry=r)
-        self.outcomes: Final = Counter(
-            "qlsched_outcomes", "Store outcomes by code.", ["code"], registry=r
+        self.claims: Final = counter("qlsched_claims", "Schedule rows claimed.")
+        self.admits: Final = counter("qlsched_admits", "Runs admitted.")
+        self.outcomes: Final = counter("qlsched_outcomes", "Store outcomes by code.", "code")
+        self.skips: Final = counter(
+            "qlsched_skipped_occurrences", "Occurrences skipped by the misfire policy 'skip'."
         )
-        self.skips: Final = Counter(
-            "qlsched_skipped_occurrences",
-            "Occurrences skipped by the misfire policy 'skip'.",
-            registry=r,
-        )
-        self.coalesced: Final = Counter(
+        self.coalesced: Final = counter(
             "qlsched_coalesced_occurrences",
             "Occurrences passed over (not run) by an admitted late Fire, under either policy.",
-            registry=r,
         )
-        self.races_lost: Final = Counter(
-            "qlsched_races_lost",
-            "Claim-scoped writes refused because the fence was lost.",
-            registry=r,
+        self.races_lost: Final = counter(
+            "qlsched_races_lost", "Claim-scoped writes refused because the fence was lost."
         )
-        self.fence_lost: Final = Counter(
-            "qlsched_fence_lost",
-            "Lost fences by the first part that failed.",
-            ["part"],
-            registry=r,
+        self.fence_lost: Final = counter(
+            "qlsched_fence_lost", "Lost fences by the first part that failed.", "part"
         )
-        self.errors: Final = Counter(
-            "qlsched_errors", "Errors by diagnostic code.", ["code"], registry=r
-        )
-        self.refused: Final = Counter(
+        self.errors: Final = counter("qlsched_errors", "Errors by diagnostic code.", "code")
+        self.refused: Final = counter(
             "qlsched_admits_refused",
             "Admits refused for a reason that lasts until a re-publish (a pin that moved, a"
             " digest that does not verify, an inactive project or trigger).",
-            ["outcome", "part"],
-            registry=r,
+            "outcome",
+            "part",
         )
         self.round_duration: Final = Histogram(
             "qlsched_round_duration_seconds",

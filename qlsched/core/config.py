@@ -9,9 +9,11 @@ which merges the file, the environment and the flags, names where the value came
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
+import msgspec.inspect
+from msgspec import Meta
 
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 
@@ -45,13 +47,13 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dsn: str | None = None
     owner: str = ""
     """Required (1..200 characters); ``qlsched.settings`` fills in HOST-PID."""
-    claim_budget: int = 16
-    lease_ms: int = 30_000
-    cadence_ms: int = 1_000
-    stop_timeout_ms: int = 10_000
-    idle_in_transaction_timeout_ms: int = 5_000
+    claim_budget: Annotated[int, Meta(ge=1, le=CLAIM_BUDGET_HARD_CAP)] = 16
+    lease_ms: Annotated[int, Meta(ge=1_000, le=3_600_000)] = 30_000
+    cadence_ms: Annotated[int, Meta(ge=10, le=600_000)] = 1_000
+    stop_timeout_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 10_000
+    idle_in_transaction_timeout_ms: Annotated[int, Meta(ge=100, le=3_600_000)] = 5_000
     """The replica's sessions' ``idle_in_transaction_session_timeout``."""
-    admit_retries: int = 5
+    admit_retries: Annotated[int, Meta(ge=0, le=100)] = 5
     http: str | None = None
     data_dir: str | None = None
     pg_bindir: str | None = None
@@ -73,15 +75,20 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return host.strip("[]"), int(port)
 
 
-# option -> (low, high) inclusive
-BOUNDS: dict[str, tuple[int, int]] = {
-    "claim_budget": (1, CLAIM_BUDGET_HARD_CAP),
-    "lease_ms": (1_000, 3_600_000),
-    "cadence_ms": (10, 600_000),
-    "stop_timeout_ms": (0, 3_600_000),
-    "idle_in_transaction_timeout_ms": (100, 3_600_000),
-    "admit_retries": (0, 100),
-}
+def _bounds() -> dict[str, tuple[int, int]]:
+    bounds: dict[str, tuple[int, int]] = {}
+    info = msgspec.inspect.type_info(Config)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
+        kind = field.type
+        if isinstance(kind, msgspec.inspect.IntType) and kind.ge is not None:
+            assert kind.le is not None
+            bounds[field.name] = (kind.ge, kind.le)
+    return bounds
+
+
+BOUNDS: Final[Mapping[str, tuple[int, int]]] = _bounds()
+"""Option -> (low, high), inclusive: read from the ``Meta`` on the Config's fields."""
 
 FIELDS = frozenset(Config.__struct_fields__)
 _INT_FIELDS = frozenset(BOUNDS)

@@ -9,7 +9,7 @@ Outcomes of the store are values, never exceptions: a lost race is normal operat
 from __future__ import annotations
 
 import uuid
-from typing import Final, Literal, get_args
+from typing import Final, Generic, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -55,6 +55,7 @@ FencePart = Literal["owner", "token", "version", "expiry", "state", "missing"]
 RevisionPart = Literal["trigger", "task", "execution", "cursor"]
 DigestPart = Literal["trigger", "task", "execution", "executor"]
 InactiveReason = Literal["project_archived", "trigger_disabled", "project_missing"]
+P = TypeVar("P", FencePart, RevisionPart, DigestPart)
 
 
 class _Outcome(msgspec.Struct, frozen=True, tag_field="outcome"):
@@ -72,12 +73,18 @@ class Admitted(_Outcome, frozen=True, tag="admitted"):
     admitted_at_ms: int
 
 
-class Initialized(_Outcome, frozen=True, tag="initialized"):
+class _CursorSet(_Outcome, frozen=True):
     next_ms: int
+    """The cursor as written (the next occurrence), under the claim's fence."""
 
 
-class Skipped(_Outcome, frozen=True, tag="skipped"):
-    next_ms: int
+class Initialized(_CursorSet, frozen=True, tag="initialized"):
+    """A NULL cursor set to the first occurrence; no Run."""
+
+
+class Skipped(_CursorSet, frozen=True, tag="skipped"):
+    """The cursor moved past occurrences skipped by policy; no Run."""
+
     skipped: int
 
 
@@ -85,23 +92,26 @@ class Released(_Outcome, frozen=True, tag="released"):
     """The claim was cleared under its fence without touching the cursor."""
 
 
-class FenceLost(_Outcome, frozen=True, tag="fence_lost"):
+class _PartFailed(_Outcome, Generic[P], frozen=True):
+    part: P
+    """The first part of the check that failed (a closed enum: a diagnostic and a label)."""
+
+
+class FenceLost(_PartFailed[FencePart], frozen=True, tag="fence_lost"):
     """The claim no longer holds; ``part`` names the first fence part that failed."""
 
-    part: FencePart
+
+class RevisionChanged(_PartFailed[RevisionPart], frozen=True, tag="revision_changed"):
+    """A pinned revision (or the cursor) moved since the claim: a re-publish raced it."""
 
 
-class RevisionChanged(_Outcome, frozen=True, tag="revision_changed"):
-    part: RevisionPart
-
-
-class DigestInvalid(_Outcome, frozen=True, tag="digest_invalid"):
+class DigestInvalid(_PartFailed[DigestPart], frozen=True, tag="digest_invalid"):
     """Fail closed: a content digest or the pinned execution revision does not verify."""
-
-    part: DigestPart
 
 
 class Inactive(_Outcome, frozen=True, tag="inactive"):
+    """The project is archived or missing, or the trigger disabled: nothing is admitted."""
+
     reason: InactiveReason
 
 

@@ -15,6 +15,7 @@ import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.stats import RoundStats
+from qlsched.core.config import ConfigError
 from qlsched.core.cron import CronSchedule
 from tests.lifecycle.conftest import (
     BASE_MS,
@@ -145,14 +146,18 @@ async def test_not_due_is_released_with_cursor_kept(autojump_clock: MockClock) -
 
 
 async def test_budget_is_hard_capped(autojump_clock: MockClock) -> None:
-    """The claim limit never exceeds 256, even from a configuration that skipped validation;
-    a round that claims its whole budget says so."""
+    """The claim limit never exceeds 256: no Config above it can be built (not even by
+    ``replace``), so the coordinator takes the budget as it is; a round that claims its
+    whole budget says so."""
     store = MemoryStore(lambda: BASE_MS)
     for i in range(300):
         store.add_trigger("p", f"t{i:03}", "* * * * *")
     r = make_replica(store)
-    unchecked = msgspec.structs.replace(r.config, claim_budget=1000)
-    coordinator = Coordinator(store, unchecked, r.sink, r.metrics)
+    with pytest.raises(ConfigError, match=r"claim_budget=257 is out of bounds 1\.\.256"):
+        msgspec.structs.replace(r.config, claim_budget=257)
+    coordinator = Coordinator(
+        store, msgspec.structs.replace(r.config, claim_budget=256), r.sink, r.metrics
+    )
     assert coordinator.budget == 256
 
     stats = await coordinator.run_round()
