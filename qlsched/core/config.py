@@ -212,8 +212,3 @@ def _problem(config: Config) -> tuple[str, tuple[str, ...]] | None:
         if not sep or not host or not digits or not 0 <= int(port) <= 65535:
             return f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535", ("http",)
     return None
-
-
-def encode_config(config: Config) -> bytes:
-    """Round-trippable JSON form (used by tests and ``status --json``)."""
-    return msgspec.json.encode(config)
