@@ -16,7 +16,7 @@ import qlsched
 from qlsched.cluster import root
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.exception_groups import single_leaf_unwrapped
-from qlsched.postgres.pool import Connection, Database
+from qlsched.postgres.pool import Connection, Database, open_database
 from tests.integration.cluster_support import control_config, publish_triggers, trigger
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
@@ -88,11 +88,10 @@ async def test_the_replicas_sessions_take_the_idle_in_transaction_timeout(
     ``idle_in_transaction_timeout_ms`` (the runtime role's own setting, 5 s here, is not
     what they use)."""
     opened: list[Database] = []
-    real_open = root.open_database
 
     @asynccontextmanager
     async def recording(dsn: str, **kwargs: Any) -> AsyncIterator[Database]:
-        async with real_open(dsn, **kwargs) as db:
+        async with open_database(dsn, **kwargs) as db:
             opened.append(db)
             yield db
 
