@@ -165,7 +165,9 @@ class ClusterControl:
     """The start/stop steps in the order they happened (tests check the order)."""
     http_address: tuple[str, int] | None = None
     app: AdmissionApp | None = None
-    _stop_requested: trio.Event = dataclasses.field(default_factory=trio.Event, repr=False)
+    _stop_requested: trio.Event = dataclasses.field(
+        default_factory=trio.Event, init=False, repr=False
+    )
 
     def request_stop(self) -> None:
         """Ask ``serve`` (or any waiter on ``wait_stop_requested``) to stop gracefully."""
