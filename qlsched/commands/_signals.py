@@ -1,10 +1,10 @@
-"""SIGINT and SIGTERM for the long-running commands: one watcher, started with
-``nursery.start`` so its handlers are in place before the command says it is ready."""
+"""SIGINT and SIGTERM for the long-running commands (``run``, ``edge run``, and the tools'
+``run_until_signal``): one watcher, started with ``nursery.start`` so its handlers are in
+place before the command says it is ready."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -23,21 +23,3 @@ async def watch_signals(
             on_signal(signum)
             break
         await trio.sleep_forever()
-
-
-@asynccontextmanager
-async def cancelled_on_signal(*signums: int) -> AsyncIterator[list[int]]:
-    """Run the block until it ends or the first of ``signums`` cancels it; the yielded list
-    then holds that signal."""
-    caught: list[int] = []
-    async with trio.open_nursery() as nursery:
-
-        def cut(signum: int) -> None:
-            caught.append(signum)
-            nursery.cancel_scope.cancel()
-
-        await nursery.start(watch_signals, signums, cut, name="qlsched.watch_signals")
-        try:
-            yield caught
-        finally:
-            nursery.cancel_scope.cancel()

@@ -15,6 +15,9 @@ from typing import TypeVar
 
 import trio
 
+from qlsched import exception_groups
+from qlsched.commands._signals import watch_signals
+
 T = TypeVar("T")
 
 
@@ -35,20 +38,17 @@ async def run_until_signal(work: Callable[[], Awaitable[T]], *signums: int) -> T
     """
     caught: list[int] = []
     done: list[T] = []
-    with trio.open_signal_receiver(*signums) as signals:
-        async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
 
-            async def watch() -> None:
-                async for signum in signals:
-                    caught.append(signum)
-                    nursery.cancel_scope.cancel()
-                    return
+        def cut(signum: int) -> None:
+            caught.append(signum)
+            nursery.cancel_scope.cancel()
 
-            nursery.start_soon(watch)
-            try:
-                done.append(await work())
-            finally:
-                nursery.cancel_scope.cancel()
+        await nursery.start(watch_signals, signums, cut, name="qlsched.tools.watch_signals")
+        try:
+            done.append(await work())
+        finally:
+            nursery.cancel_scope.cancel()
     if caught:
         raise Interrupted(caught[0])
     return done[0]
@@ -56,6 +56,6 @@ async def run_until_signal(work: Callable[[], Awaitable[T]], *signums: int) -> T
 
 def single_leaf(exc: BaseException) -> BaseException:
     """The one error inside nested groups of one (``exc`` itself when it is not one)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    if isinstance(exc, BaseExceptionGroup):
+        return exception_groups.single_leaf(exc) or exc
     return exc
