@@ -7,7 +7,10 @@ A plain ASGI callable (no framework) with four GET endpoints:
   draining, or admission withdrawn by the composition root);
 - ``/metrics``: this replica's Prometheus text; the due-backlog gauge is refreshed from the
   store once per scrape (bounded by a timeout; on failure the previous value stays);
-- ``/v1/schedules``: the schedule rows as JSON (``?limit=N``, 1..1000, default 1000).
+- ``/v1/schedules``: the schedule rows as JSON in key order (``?limit=N``, 1..1000, default
+  1000); a full page carries ``next_cursor``, and ``?cursor=`` that value gives the next
+  page (keyset pagination: every row present throughout is seen exactly once, however the
+  table changes meanwhile). ``next_cursor`` is null on the last page.
 
 Failures behind an endpoint answer 503 and go to the diagnostic sink by code and exception
 class; no response body or log line carries an exception message. Hypercorn's own access and
@@ -41,8 +44,9 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, S
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.paging import SchedulesPage, cursor_of, page_of
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
-from qlsched.core.store import ScheduleReader, ScheduleView
+from qlsched.core.store import ScheduleReader
 
 SCHEDULES_LIMIT_MAX: Final = 1000
 STORE_TIMEOUT_S: Final = 5.0
@@ -58,8 +62,7 @@ _TEXT: Final = b"text/plain; charset=utf-8"
 _JSON: Final = b"application/json"
 
 
-class SchedulesResponse(msgspec.Struct, frozen=True):
-    schedules: list[ScheduleView]
+SchedulesResponse = SchedulesPage
 
 
 class _Response(msgspec.Struct, frozen=True):
@@ -181,16 +184,22 @@ class AdmissionApp:
         limit = _limit(scope["query_string"])
         if limit is None:
             return _Response(400, b"limit must be an integer 1..1000\n")
+        after = cursor_of(scope["query_string"])
+        if after is False:
+            return _Response(400, b"cursor must be a next_cursor value (PROJECT/TRIGGER)\n")
         try:
             with trio.fail_after(self._store_timeout_s):
-                rows = await self._reader.list_schedules(limit)
+                if after is None:
+                    rows = await self._reader.list_schedules(limit)
+                else:
+                    rows = await self._reader.list_schedules_after(after, limit)
         except TimeoutError:
             return self._busy()
         except Exception as exc:
             self._metrics.count_error(SCHEDULES_FAILED)
             self._sink.emit(from_exception(SCHEDULES_FAILED, exc, replica=self._replica))
             return _Response(503, b'{"error":"store_unavailable"}', _JSON)
-        return _Response(200, self._encoder.encode(SchedulesResponse(rows)), _JSON)
+        return _Response(200, self._encoder.encode(page_of(rows, limit)), _JSON)
 
     async def _send(self, scope: HTTPScope, send: ASGISendCallable, response: _Response) -> None:
         headers = [

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from qlsched.cluster.stats import RoundStats
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
+from qlsched.core.store import DUE_BACKLOG_LIMIT
 
 # The `_created` series (a timestamp per counter and histogram) double the exposition and say
 # nothing a restart counter does not; the switch is process-wide in prometheus_client.
@@ -141,8 +142,18 @@ class Metrics:
             registry=r,
         )
         self.due_backlog: Final = Gauge(
-            "qlsched_due_backlog", "Active schedule rows due now, claimed or not.", registry=r
+            "qlsched_due_backlog",
+            "Active schedule rows due now, claimed or not, counted up to"
+            " qlsched_due_backlog_limit (a bounded count: a value equal to the limit means"
+            " at least that many).",
+            registry=r,
         )
+        self.due_backlog_limit: Final = Gauge(
+            "qlsched_due_backlog_limit",
+            "Where the qlsched_due_backlog count stops: each scrape reads at most this many rows.",
+            registry=r,
+        )
+        self.due_backlog_limit.set(DUE_BACKLOG_LIMIT)
         for code in OUTCOME_CODES:
             self.outcomes.labels(code)
         for part in get_args(FencePart):
@@ -181,7 +192,9 @@ class Metrics:
         self.errors.labels(code).inc(n)
 
     def set_due_backlog(self, rows: int) -> None:
-        self.due_backlog.set(rows)
+        """A reader's count, clamped to the limit the help names (one that counts further
+        must not make the gauge mean two things)."""
+        self.due_backlog.set(min(rows, DUE_BACKLOG_LIMIT))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (``CONTENT_TYPE``) of this replica only."""

@@ -85,6 +85,13 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
     return table
 
 
+def _backlog(report: StatusReport) -> str:
+    """The bounded count: ``1000+ (counted up to 1000)`` when more rows are due."""
+    if not report.due_backlog_capped:
+        return str(report.due_backlog)
+    return f"{report.due_backlog}+ (counted up to {report.due_backlog_limit})"
+
+
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
     out = file if file is not None else sys.stdout
@@ -93,7 +100,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     # per row for grep and awk, so the width is only a ceiling there.
     console = Console(file=out, highlight=False, width=None if terminal else 1000)
     console.print(
-        f"database time {_iso(report.now_ms)}   due backlog {report.due_backlog}",
+        f"database time {_iso(report.now_ms)}   due backlog {_backlog(report)}",
         markup=False,
     )
     if report.schedules:

@@ -64,9 +64,21 @@ class ScheduleView(ScheduleRow, frozen=True):
     now_ms: int
 
 
+DUE_BACKLOG_LIMIT = 1000
+"""A reader may count the due backlog up to this many rows and stop (``/metrics`` and
+``status`` say so): counting every due row would cost a walk of the whole backlog."""
+
+
 class ScheduleReader(Protocol):
     async def due_backlog(self) -> int:
-        """Active rows due now (database time), claimed or not: the backlog gauge."""
+        """Active rows due now (database time), claimed or not: the backlog gauge. A reader
+        may stop counting at ``DUE_BACKLOG_LIMIT`` (then the count is a lower bound)."""
         ...
 
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]: ...
+
+    async def list_schedules_after(
+        self, after: tuple[str, str], limit: int = 1000
+    ) -> list[ScheduleView]:
+        """The rows after key ``after`` = (project, trigger) in key order (keyset pages)."""
+        ...

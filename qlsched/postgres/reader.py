@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from qlsched.core.store import ScheduleView
+from qlsched.postgres import observe
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
 
@@ -30,12 +31,10 @@ class PostgresReader:
         self._db = db
 
     async def due_backlog(self) -> int:
-        sql = query("due_backlog")
-
-        async def fn(conn: Connection) -> Any:
-            return await conn.fetchval(sql)
-
-        return int(await self._db.run(fn))
+        """Counted up to ``DUE_BACKLOG_LIMIT`` (``observe.due_backlog``): a scrape never
+        walks the whole backlog."""
+        counted = await self._db.run(observe.due_backlog)
+        return counted.rows
 
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         sql = query("list_schedules")
@@ -44,6 +43,14 @@ class PostgresReader:
             return list(await conn.fetch(sql, limit))
 
         return [ScheduleView(**dict(r)) for r in await self._db.run(fn)]
+
+    async def list_schedules_after(
+        self, after: tuple[str, str], limit: int = 1000
+    ) -> list[ScheduleView]:
+        async def fn(conn: Connection) -> list[ScheduleView]:
+            return await observe.schedules_after(conn, after, limit=limit)
+
+        return await self._db.run(fn)
 
 
 @asynccontextmanager

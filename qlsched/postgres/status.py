@@ -1,15 +1,17 @@
 """What ``qlsched status`` shows, read with the observer role (database time throughout).
 
 The report carries the database's clock once (``now_ms``, read even when there is no
-schedule row), and every lag or lease left is computed against it.
+schedule row), and every lag or lease left is computed against it. Every read is bounded
+(``observe``): the cost of ``status`` does not grow with the tables.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from qlsched.core.store import ScheduleRow
-from qlsched.postgres.health import RefusedTrigger, refused_triggers
+from qlsched.core.store import DUE_BACKLOG_LIMIT, ScheduleRow
+from qlsched.postgres import observe
+from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 
@@ -26,23 +28,29 @@ class RecentRun(msgspec.Struct, frozen=True):
 class StatusReport(msgspec.Struct, frozen=True):
     now_ms: int
     due_backlog: int
+    """Counted up to ``due_backlog_limit`` (``due_backlog_capped``: more are due)."""
     schedules: list[ScheduleRow]
     recent_runs: list[RecentRun]
     refused: list[RefusedTrigger] = msgspec.field(default_factory=list)
-    """Triggers every admit refuses until someone re-publishes, with the reason."""
+    """Triggers every admit refuses until someone re-publishes, with the reason, among the
+    rows an admit meets (``observe.refused_due_triggers``; ``qlsched check`` reads all)."""
+    due_backlog_capped: bool = False
+    due_backlog_limit: int = DUE_BACKLOG_LIMIT
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
     now_ms = int(await conn.fetchval(query("status_now_ms")))
     rows = await conn.fetch(query("status_schedules"), limit)
     schedules = [ScheduleRow(**dict(r)) for r in rows]
-    backlog = int(await conn.fetchval(query("due_backlog")))
+    backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
-    refused = await refused_triggers(conn, limit=limit)
+    refused = await observe.refused_due_triggers(conn, limit=limit)
     return StatusReport(
         now_ms=now_ms,
-        due_backlog=backlog,
+        due_backlog=backlog.rows,
         schedules=schedules,
         recent_runs=recent,
         refused=refused,
+        due_backlog_capped=backlog.capped,
+        due_backlog_limit=backlog.limit,
     )

@@ -364,6 +364,9 @@ def test_status_the_verifier_and_the_http_reads_work_with_the_trimmed_grants(
     for dsn in (pg_db.runtime_dsn, pg_db.observer_dsn):
         assert_allowed(dsn, query("due_backlog"))
         assert_allowed(dsn, query("list_schedules"), 100)
+        assert_allowed(dsn, query("due_backlog_bounded"), 100)
+        assert_allowed(dsn, query("list_schedules_after"), "p", "a", 100)
+    assert_allowed(pg_db.observer_dsn, query("refused_due_triggers"), 100, 100)
 
 
 # ---------------------------------------------------------------------------------------------

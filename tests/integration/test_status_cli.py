@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 
+import msgspec
 import pytest
 
 from qlsched.commands.status import render
@@ -69,7 +70,15 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
     result = run_cli(["status", "--json", "--dsn", pg_db.observer_dsn])
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"now_ms", "due_backlog", "schedules", "recent_runs", "refused"}
+    assert set(report) == {
+        "now_ms",
+        "due_backlog",
+        "due_backlog_capped",
+        "due_backlog_limit",
+        "schedules",
+        "recent_runs",
+        "refused",
+    }
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]
 
@@ -132,3 +141,15 @@ def test_a_terminal_gets_styles_and_a_pipe_gets_none(monkeypatch: pytest.MonkeyP
     assert "\x1b[" not in plain.getvalue()
     assert "─" not in plain.getvalue()
     assert "late Fire" not in plain.getvalue()
+
+
+def test_a_capped_backlog_says_it_was_counted_up_to_its_limit() -> None:
+    """Rule: ``status`` shows the bounded due backlog as ``N+ (counted up to N)`` when more
+    rows are due than it counted, and as the plain count otherwise."""
+    capped = msgspec.structs.replace(_report(), due_backlog=1000, due_backlog_capped=True)
+    exact = msgspec.structs.replace(_report(), due_backlog=999)
+    out, plain = io.StringIO(), io.StringIO()
+    render(capped, out)
+    render(exact, plain)
+    assert "due backlog 1000+ (counted up to 1000)" in out.getvalue()
+    assert "due backlog 999\n" in plain.getvalue()

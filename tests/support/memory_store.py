@@ -24,8 +24,9 @@ moves backwards. Each port method passes one Trio checkpoint before it reads or 
 writes without a checkpoint in between, as one statement would.
 
 Test hooks: ``hook(method)`` is awaited at the entry of every port method (``claim``,
-``admit``, ``initialize``, ``skip``, ``release``, ``due_backlog``, ``list_schedules``) and
-may sleep, block forever or raise; ``calls`` records each call as ``(method, size)``.
+``admit``, ``initialize``, ``skip``, ``release``, ``due_backlog``, ``list_schedules``,
+``list_schedules_after``) and may sleep, block forever or raise; ``calls`` records each
+call as ``(method, size)``.
 """
 
 from __future__ import annotations
@@ -337,9 +338,19 @@ class MemoryStore:
 
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         await self._enter("list_schedules", limit)
+        return self._views(sorted(self.schedules)[: max(limit, 0)])
+
+    async def list_schedules_after(
+        self, after: tuple[str, str], limit: int = 1000
+    ) -> list[ScheduleView]:
+        await self._enter("list_schedules_after", limit)
+        keys = [k for k in sorted(self.schedules) if (k.project_id, k.trigger_id) > after]
+        return self._views(keys[: max(limit, 0)])
+
+    def _views(self, keys: list[TriggerKey]) -> list[ScheduleView]:
         now = self._now_ms()
         views = []
-        for key in sorted(self.schedules)[: max(limit, 0)]:
+        for key in keys:
             row = self.schedules[key]
             trigger = self.triggers[key]
             views.append(
