@@ -16,6 +16,7 @@ from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.health import RefusedTrigger, refused_triggers
+from qlsched.postgres.observe import refused_due_triggers
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
@@ -59,7 +60,8 @@ async def test_a_lasting_refusal_is_named_everywhere(env: Env, reason: str) -> N
     meets it emits a diagnostic naming the trigger and the reason, the replica's metric
     ``qlsched_admits_refused_total{outcome, part}`` counts it, and the database-wide read
     (what ``status`` and ``check`` show) lists exactly that trigger with that reason, while
-    its healthy neighbour is admitted and not listed."""
+    its healthy neighbour is admitted and not listed; ``status``'s bounded read (among the
+    rows an admit meets) lists it as well, its claim left to expire."""
     await env.publish(
         PublishFile(
             projects=[ProjectEntry(id="p")],
@@ -84,6 +86,9 @@ async def test_a_lasting_refusal_is_named_everywhere(env: Env, reason: str) -> N
     assert (d.code, d.part, d.project_id) == (outcome, part, "p")
     assert refused_sample(metrics, outcome, part) == 1
     assert await env.runtime(refused_triggers) == [RefusedTrigger("p", "y", reason)]
+    # status's bounded read finds it too: the refused row keeps its claim until it expires.
+    assert (await env.schedule("p", "y"))["claim_token"] is not None
+    assert await env.runtime(refused_due_triggers) == [RefusedTrigger("p", "y", reason)]
 
 
 async def test_status_and_check_name_a_refused_trigger(env: Env) -> None:
