@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import msgspec
 
 from qlsched.tools.bench.machine import CpuUse, Load, Machine
+from qlsched.tools.bench.scale_results import ObserveResult, Progress, ScaleResult
 
 
 class Lag(msgspec.Struct, frozen=True):
@@ -52,6 +53,8 @@ class DrainResult(msgspec.Struct, frozen=True, kw_only=True):
     replica_cpu_us_per_occurrence: float | None = None
     """The replicas' user + system CPU (``/proc/<pid>/stat``) from just before the rows
     were due to the last admit, idle rounds included, per admitted occurrence."""
+    progress: Progress | None = None
+    """Runs admitted at each poll, from when the rows fell due (for ``--plot``)."""
 
 
 class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -272,6 +275,10 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """Readiness on a fresh connection (costs phase)."""
     publish: PublishCost | None = None
     """Publish of a large file, then again unchanged (publish phase)."""
+    observe: ObserveResult | None = None
+    """status, /metrics and /v1/schedules over big tables (observe phase)."""
+    scale: ScaleResult | None = None
+    """The million-trigger burst and the 100,000-trigger steady load (``--scale``)."""
     exactly_once: bool
     """No duplicate, lost or malformed Run in any replica phase."""
     seconds: float
