@@ -117,7 +117,9 @@ async def readiness_cost(session: BenchSession, checks: int) -> ReadinessCost:
     )
 
 
-async def recovery_cost(session: BenchSession, history: int, calls: int) -> RecoveryCost:
+async def recovery_cost(
+    session: BenchSession, history: int, calls: int, *, keep: bool = False
+) -> RecoveryCost:
     session.note(f"costs: writing {history:,} terminal attempts")
     started = time.monotonic()
 
@@ -143,7 +145,8 @@ async def recovery_cost(session: BenchSession, history: int, calls: int) -> Reco
             report = await recover(db, replica=RECOVERY_REPLICA)
             spent.append((time.perf_counter() - t0) * 1000)
             marked += report.marked
-    await session.call(bench_data.reset)
+    if not keep:  # kept: the observe phase reads status over this history
+        await session.call(bench_data.reset)
     first = spent[0]
     spent.sort()
     return RecoveryCost(
@@ -158,7 +161,7 @@ async def recovery_cost(session: BenchSession, history: int, calls: int) -> Reco
     )
 
 
-async def costs(session: BenchSession) -> CostResult:
+async def costs(session: BenchSession, *, keep_history: bool = False) -> CostResult:
     o = session.options
     now = await session.db_now_ms()
     session.note("costs: decisions a year late")
@@ -170,7 +173,7 @@ async def costs(session: BenchSession) -> CostResult:
     )
     readiness = await readiness_cost(session, o.readiness_checks)
     session.note(f"costs: readiness p50 {readiness.p50_ms:.1f} ms, max {readiness.max_ms:.1f} ms")
-    recovery = await recovery_cost(session, o.recovery_history, o.recovery_calls)
+    recovery = await recovery_cost(session, o.recovery_history, o.recovery_calls, keep=keep_history)
     session.note(
         f"costs: recovery over {recovery.terminal_attempts:,} terminal attempts: first "
         f"{recovery.first_ms:.1f} ms, max {recovery.max_ms:.1f} ms"

@@ -17,6 +17,8 @@ timeout: the missing ones are then reported lost). Exactly once is audited by
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -25,6 +27,7 @@ from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.replicas import Replica
 from qlsched.tools.bench.results import DrainResult, Lag, ratio
+from qlsched.tools.bench.scale_results import Progress
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RunsWindow
 from qlsched.tools.fleet import check_alive
@@ -36,9 +39,6 @@ TICK_LEAD_MS = 1_000
 LARGEST_GRACE_MS = 86_400_000
 WARM_ROUNDS = 3
 """Cadences to let the replicas run empty rounds before the rows move."""
-POLL_S = 0.1
-"""How often the bench counts Runs: the rate is read from queue times, so polling only
-decides when the phase ends, and slower polling takes less from the measured server."""
 PROGRESS_S = 2.0
 
 
@@ -51,17 +51,34 @@ def last_new_year_ms(now_ms: int) -> int:
     return instant
 
 
-async def burst(session: BenchSession) -> DrainResult:
-    return await _drain(session, same_tick=False)
+@dataclass(frozen=True)
+class DrainHooks:
+    """What a caller adds to a burst (the million-trigger one, ``hundredfold``)."""
+
+    triggers: int | None = None
+    """Instead of ``--triggers``."""
+    loaded: Callable[[], Awaitable[None]] | None = None
+    """Run after the rows are loaded, before the replicas start."""
+    count: Callable[[list[Replica]], Awaitable[int]] | None = None
+    """Runs admitted so far, instead of counting them in the database at every poll."""
+    polled: Callable[[list[Replica], int], None] | None = None
+    """Called with the admitted count just before the rows fall due and at every poll."""
+    poll_s: float = 0.1
+    """How often the runs are counted: the rate is read from queue times, so polling only
+    decides when the phase ends, and slower polling takes less from the measured server."""
+
+
+async def burst(session: BenchSession, hooks: DrainHooks | None = None) -> DrainResult:
+    return await _drain(session, same_tick=False, hooks=hooks or DrainHooks())
 
 
 async def same_tick(session: BenchSession) -> DrainResult:
-    return await _drain(session, same_tick=True)
+    return await _drain(session, same_tick=True, hooks=DrainHooks())
 
 
-async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
+async def _drain(session: BenchSession, *, same_tick: bool, hooks: DrainHooks) -> DrainResult:
     o = session.options
-    n = o.triggers
+    n = hooks.triggers or o.triggers
     label = "same tick" if same_tick else "burst"
     cron = TICK if same_tick else YEARLY
     misfire, grace = ("skip", 60_000) if same_tick else ("fire_once", LARGEST_GRACE_MS)
@@ -71,10 +88,14 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
         await bench_data.load_not_due(conn, n, crons=[cron], misfire=misfire, grace_ms=grace)
 
     await session.call(load)
+    if hooks.loaded is not None:
+        await hooks.loaded()
     replicas = await session.start_replicas(o.replicas)
     await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
     before = await session.admit_counts(replicas)
     cpu_before = _cpu(replicas)
+    if hooks.polled is not None:
+        hooks.polled(replicas, 0)
     now = await session.db_now_ms()
     at = next_after(parse_cron(cron), now + TICK_LEAD_MS) if same_tick else last_new_year_ms(now)
 
@@ -90,19 +111,31 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
     async def count(conn: Connection) -> int:
         return await bench_data.run_count(conn, at, at)
 
+    async def admitted_so_far() -> int:
+        if hooks.count is not None:
+            return await hooks.count(replicas)
+        return await session.call(count)
+
     timeout_s = max(60.0, n / 100) + max(0, at - moved_at) / 1000
     admitted = 0
     next_note = trio.current_time() + PROGRESS_S
+    # Progress from when the rows fell due (the tick may still be ahead), for the charts.
+    zero = trio.current_time() + max(0, at - moved_at) / 1000
+    progress = Progress(seconds=[], admitted=[])
     with trio.move_on_after(timeout_s):
         while True:
-            admitted = await session.call(count)
+            admitted = await admitted_so_far()
+            progress.seconds.append(round(trio.current_time() - zero, 2))
+            progress.admitted.append(admitted)
+            if hooks.polled is not None:
+                hooks.polled(replicas, admitted)
             if admitted >= n:
                 break
             check_alive(replicas)
             if trio.current_time() >= next_note:
                 session.note(f"{label}: {admitted:,} of {n:,} admitted")
                 next_note += PROGRESS_S
-            await trio.sleep(POLL_S)
+            await trio.sleep(hooks.poll_s)
     if admitted < n:
         session.note(f"{label}: timed out after {timeout_s:.0f} s with {admitted:,} of {n:,}")
     cpu_spent = _cpu(replicas) - cpu_before
@@ -145,6 +178,7 @@ async def _drain(session: BenchSession, *, same_tick: bool) -> DrainResult:
         replica_cpu_us_per_occurrence=(
             round(cpu_spent * 1e6 / w.runs, 1) if w.runs and cpu_spent > 0 else None
         ),
+        progress=progress,
     )
     session.note(
         f"{label}: {w.runs:,} admitted in {span_s:.2f} s = "

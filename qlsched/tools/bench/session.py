@@ -65,6 +65,15 @@ class BenchOptions(msgspec.Struct, frozen=True, kw_only=True):
     recovery_calls: int = 10
     publish_triggers: int = 100_000
     """Triggers in the file the publish phase publishes twice."""
+    observe_triggers: int = 1_000_000
+    """Triggers the observe phase adds to the costs phase's history."""
+    observe_calls: int = 30
+    """Timed calls of each read in the observe phase."""
+    scale: bool = False
+    """``--scale``: also the million-trigger burst and the 100,000-trigger steady load."""
+    big_burst_triggers: int = 1_000_000
+    big_steady_triggers: int = 100_000
+    big_steady_seconds: int = 60
 
 
 BENCH_REPLICA = ReplicaSettings(
@@ -75,9 +84,17 @@ each one batch admit), a 100 ms cadence (a due row waits at most that long for a
 default 30 s lease (above the runtime role's 5 s timeouts, which readiness requires)."""
 
 
-def options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> BenchOptions:
+def options_for(
+    *, triggers: int, replicas: int, seconds: int, quick: bool, scale: bool = False
+) -> BenchOptions:
     """The run's options. ``quick``: at most 1,000 triggers and 5 s, 1k/10k schedule rows,
-    fewer repetitions: a smoke run in under a minute."""
+    fewer repetitions: a smoke run in under a minute (with ``scale``, the phases at scale
+    at small sizes too)."""
+    options = _options_for(triggers=triggers, replicas=replicas, seconds=seconds, quick=quick)
+    return msgspec.structs.replace(options, scale=scale)
+
+
+def _options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> BenchOptions:
     if quick:
         return BenchOptions(
             triggers=min(triggers, 1_000),
@@ -96,6 +113,11 @@ def options_for(*, triggers: int, replicas: int, seconds: int, quick: bool) -> B
             recovery_history=100_000,
             recovery_calls=3,
             publish_triggers=2_000,
+            observe_triggers=5_000,
+            observe_calls=5,
+            big_burst_triggers=5_000,
+            big_steady_triggers=2_000,
+            big_steady_seconds=5,
         )
     return BenchOptions(
         triggers=triggers,
@@ -121,6 +143,7 @@ class BenchSession:
     db: Database
     """The superuser's pool on the bench database."""
     runtime_dsn: str
+    observer_dsn: str
     fleet: Fleet
     workdir: Path
     pgbench: Path
