@@ -166,6 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster-json", help="with --edge: the cluster figures from this bench JSON")
     p.add_argument("--no-cluster", action="store_true", help="with --edge: no cluster figures")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="also a 1,000,000-trigger burst and 100,000 triggers steady (several minutes)",
+    )
+    p.add_argument(
+        "--plot", metavar="DIR", help="write charts (PNG) to DIR (needs the bench extra)"
+    )
+    p.add_argument(
+        "--from-json", metavar="FILE", help="with --plot: chart a saved --json report, no run"
+    )
 
     add_edge_arguments(subs["edge"])
     return parser

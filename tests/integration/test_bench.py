@@ -56,8 +56,9 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     (machine, postgres_version, drain, drain_same_tick, steady, claim_latency_us, rss_mb,
     ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
     having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
-    replicas' CPU per occurrence, the publish phase), 0 duplicates and 0 lost in each drain
-    and in steady."""
+    replicas' CPU per occurrence, the publish phase, the observe phase's three reads with
+    the bounded backlog, the drain's progress), 0 duplicates and 0 lost in each drain and
+    in steady."""
     proc = subprocess.run(
         _command(),
         cwd=REPO,
@@ -123,6 +124,15 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert report["readiness_cost"]["ready"] is True
     for key in ("decision_year_late", "decision_round", "recovery", "readiness"):
         assert key in report["targets"], key
+
+    observe = report["observe"]
+    for read in ("status", "metrics", "schedules"):
+        assert 0 < observe[read]["p50_ms"] <= observe[read]["p99_ms"], read
+        assert f"observe_{read}" in report["targets"], read
+    assert observe["due_backlog"] == 1000, "every row due: the count stops at its limit"
+    assert observe["due_backlog_capped"] is True
+    progress = report["drain"]["progress"]
+    assert progress["admitted"][-1] == report["drain"]["triggers"]
 
     assert report["exactly_once"] is True
     assert "qlsched bench" in proc.stderr, "progress lines go to stderr"

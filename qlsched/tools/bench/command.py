@@ -78,6 +78,7 @@ async def _bench(
     async def work() -> BenchReport:
         initialised = await init_db(superuser_dsn, database=database, want_passwords=want_passwords)
         runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
+        observer = next(r.dsn for r in initialised.roles if r.role == "qlsched_observer")
         target = Target(
             superuser_dsn=with_credentials(
                 superuser_dsn,
@@ -86,6 +87,7 @@ async def _bench(
                 database=database,
             ),
             runtime_dsn=runtime,
+            observer_dsn=observer,
             embedded=embedded,
             pgbench=pgbench,
         )
@@ -116,11 +118,21 @@ def main(args: argparse.Namespace) -> int:
         from qlsched.tools.bench.edge import main as edge_main
 
         return edge_main(args)
+    if args.plot is not None or args.from_json is not None:
+        from qlsched.tools.bench.plot import plot_command
+
+        status = plot_command(args.plot, args.from_json)
+        if status is not None:
+            return status
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)
     options = options_for(
-        triggers=args.triggers, replicas=args.replicas, seconds=args.seconds, quick=args.quick
+        triggers=args.triggers,
+        replicas=args.replicas,
+        seconds=args.seconds,
+        quick=args.quick,
+        scale=args.scale,
     )
     drop: tuple[str, str] | None = None
     try:
@@ -175,6 +187,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render(report))
     sys.stdout.flush()
+    if args.plot is not None:
+        from qlsched.tools.bench.plot import write_charts
+
+        write_charts(report, Path(args.plot))
     return 0 if report.exactly_once else 1
 
 

@@ -3,7 +3,10 @@
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
 ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
 size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
-late, readiness, recovery over a large history). Each phase empties the database first.
+late, readiness, recovery over a large history), observe (status, /metrics and
+/v1/schedules over that history and a million triggers), and with ``--scale`` the
+hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
+the database first (observe reads the history costs leaves).
 The caller owns the database (``Target``), the fleet and the work directory; this module
 opens and closes only the superuser pool it uses.
 """
@@ -19,8 +22,10 @@ from qlsched.postgres.pool import open_database
 from qlsched.tools import bench_data
 from qlsched.tools.bench import machine as machine_facts
 from qlsched.tools.bench.ceiling import ceiling
-from qlsched.tools.bench.costs import costs
+from qlsched.tools.bench.costs import LIVE_ATTEMPTS, costs
 from qlsched.tools.bench.drain import burst, same_tick
+from qlsched.tools.bench.hundredfold import hundredfold, scale_exactly_once, scale_targets
+from qlsched.tools.bench.observe import observe, observe_targets
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
@@ -37,6 +42,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     """The bench database, as the superuser (loads, resets, measurements)."""
     runtime_dsn: str
     """The bench database, as ``qlsched_runtime`` (replicas, pgbench, claim timings)."""
+    observer_dsn: str
+    """The bench database, as ``qlsched_observer`` (status, in the observe phase)."""
     embedded: bool
     pgbench: Path
 
@@ -54,6 +61,7 @@ async def run_bench(
             options=options,
             db=db,
             runtime_dsn=target.runtime_dsn,
+            observer_dsn=target.observer_dsn,
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
@@ -70,7 +78,9 @@ async def run_bench(
         steady_result = await steady(session)
         claims, rss = await scale(session)
         published = await publish_cost(session)
-        cost = await costs(session)
+        cost = await costs(session, keep_history=True)
+        observed = await observe(session, runs=cost.recovery.terminal_attempts + LIVE_ATTEMPTS)
+        big = await hundredfold(session, drain) if options.scale else None
     return BenchReport(
         machine=machine_facts.machine(),
         load={"start": load_start, "end": machine_facts.load()},
@@ -110,11 +120,15 @@ async def run_bench(
             ceiling=pair,
             costs=cost,
             publishing=published,
-        ),
+        )
+        | observe_targets(observed)
+        | ({} if big is None else scale_targets(big)),
+        observe=observed,
+        scale=big,
         publish=published,
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result),
+        exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
     )
