@@ -56,7 +56,7 @@ async def load(env: Env, rows: int, state: RowState, *, history: int = 0) -> Non
         if history:
             async with conn.transaction():
                 await conn.execute(tool_query("bench_fast_load"))
-                await conn.execute(tool_query("bench_history_runs"), history, now)
+                await conn.execute(tool_query("bench_history_runs"), history, 0, now)
         await conn.execute("VACUUM (ANALYZE) qlsched.trigger_schedules, qlsched.triggers")
         await conn.execute("ANALYZE qlsched.runs")
 
