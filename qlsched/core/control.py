@@ -22,6 +22,8 @@ NOTE_MAX_CHARS: Final = 1000
 """``note`` and ``pause_note``: length BETWEEN 1 AND 1000."""
 ACTOR_MAX_CHARS: Final = 200
 """``schedule_actions.actor_label``: length BETWEEN 1 AND 200."""
+ACTION_KINDS: Final = ("pause", "resume")
+"""The kinds of ``schedule_actions`` rows this version writes (metrics show each, even at 0)."""
 RECENT_ACTIONS: Final = 3
 """How many of a trigger's latest actions status and ``/v1/schedules`` show."""
 
@@ -143,3 +145,32 @@ class NotPaused(_ControlOutcome, frozen=True, tag="not_paused"):
 
 PauseOutcome = Paused | AlreadyPaused
 ResumeOutcome = Resumed | NotPaused
+
+
+class ScheduleState(msgspec.Struct, frozen=True):
+    """One schedule as the admin API lists it: spec, cursor, counters and control state
+    (database times, epoch ms)."""
+
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    active: bool
+    """Claimable: project active, trigger enabled, revision current, not paused."""
+    enabled: bool
+    cron: str
+    timezone: str
+    misfire_policy: str
+    misfire_grace_ms: int
+    next_fire_at_ms: int | None
+    last_scheduled_at_ms: int | None
+    paused: bool
+    paused_at_ms: int | None
+    pause_note: str | None
+    paused_total: int
+    """Occurrences that fell inside pauses and did not run."""
+    skipped_total: int
+    coalesced_total: int
+    claim_owner: str | None
+    claim_expires_at_ms: int | None
+    actions: list[ScheduleAction]
+    """The latest actions, newest first."""

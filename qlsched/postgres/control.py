@@ -31,6 +31,7 @@ from qlsched.core.control import (
     ResumeOutcome,
     ScheduleAction,
     ScheduleControl,
+    ScheduleState,
     TriggerRef,
     UnknownTrigger,
 )
@@ -167,17 +168,19 @@ async def resume(
     )
 
 
-async def read_controls(
+async def read_recent_actions(
     conn: Connection, keys: Iterable[Key], *, recent: int = RECENT_ACTIONS
-) -> dict[Key, ScheduleControl]:
-    """Pause state and the latest ``recent`` actions of each schedule in ``keys`` (two
-    statements whatever their number; absent rows are left out)."""
+) -> dict[Key, list[ScheduleAction]]:
+    """The latest ``recent`` actions of each schedule in ``keys``, newest first (one
+    statement; a schedule without actions is absent)."""
     keys = list(keys)
-    if not keys:
-        return {}
-    projects, triggers = [k[0] for k in keys], [k[1] for k in keys]
     actions: dict[Key, list[ScheduleAction]] = {}
-    for r in await conn.fetch(query("control_recent_actions"), projects, triggers, recent):
+    if not keys or recent <= 0:
+        return actions
+    rows = await conn.fetch(
+        query("control_recent_actions"), [k[0] for k in keys], [k[1] for k in keys], recent
+    )
+    for r in rows:
         actions.setdefault((r["project_id"], r["trigger_id"]), []).append(
             ScheduleAction(
                 action_id=r["action_id"],
@@ -189,6 +192,19 @@ async def read_controls(
                 occurrences=r["occurrences"],
             )
         )
+    return actions
+
+
+async def read_controls(
+    conn: Connection, keys: Iterable[Key], *, recent: int = RECENT_ACTIONS
+) -> dict[Key, ScheduleControl]:
+    """Pause state and the latest ``recent`` actions of each schedule in ``keys`` (two
+    statements whatever their number; absent rows are left out)."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    actions = await read_recent_actions(conn, keys, recent=recent)
+    rows = await conn.fetch(query("control_states"), [k[0] for k in keys], [k[1] for k in keys])
     return {
         (r["project_id"], r["trigger_id"]): ScheduleControl(
             paused_at_ms=r["paused_at_ms"],
@@ -196,7 +212,7 @@ async def read_controls(
             paused_total=r["paused_total"],
             actions=actions.get((r["project_id"], r["trigger_id"]), []),
         )
-        for r in await conn.fetch(query("control_states"), projects, triggers)
+        for r in rows
     }
 
 
@@ -205,4 +221,27 @@ async def read_action_totals(conn: Connection) -> list[ActionTotal]:
     return [
         ActionTotal(kind=r["kind"], actions=r["actions"], occurrences=r["occurrences"])
         for r in await conn.fetch(query("control_action_totals"))
+    ]
+
+
+async def list_schedule_states(
+    conn: Connection,
+    *,
+    limit: int,
+    after: TriggerRef | None = None,
+    recent: int = RECENT_ACTIONS,
+) -> list[ScheduleState]:
+    """Up to ``limit`` schedules in key order after ``after``, each with its latest actions."""
+    start = ("", "") if after is None else (after.project_id, after.trigger_id)
+    rows = await conn.fetch(query("control_list_schedules"), start[0], start[1], limit)
+    actions = await read_recent_actions(
+        conn, [(r["project_id"], r["trigger_id"]) for r in rows], recent=recent
+    )
+    return [
+        ScheduleState(
+            **dict(r),
+            paused=r["paused_at_ms"] is not None,
+            actions=actions.get((r["project_id"], r["trigger_id"]), []),
+        )
+        for r in rows
     ]

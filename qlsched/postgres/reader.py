@@ -13,7 +13,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+import msgspec
+
+from qlsched.core.control import ActionTotal
 from qlsched.core.store import ScheduleView
+from qlsched.postgres.control import read_action_totals, read_controls
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
 
@@ -40,10 +44,32 @@ class PostgresReader:
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         sql = query("list_schedules")
 
-        async def fn(conn: Connection) -> list[Any]:
-            return list(await conn.fetch(sql, limit))
+        async def fn(conn: Connection) -> list[ScheduleView]:
+            views = [ScheduleView(**dict(r)) for r in await conn.fetch(sql, limit)]
+            return await _with_controls(conn, views)
 
-        return [ScheduleView(**dict(r)) for r in await self._db.run(fn)]
+        return await self._db.run(fn)
+
+    async def action_totals(self) -> list[ActionTotal]:
+        return await self._db.run(read_action_totals)
+
+
+async def _with_controls(conn: Connection, views: list[ScheduleView]) -> list[ScheduleView]:
+    """Each view with its pause state and latest actions (two statements for all)."""
+    controls = await read_controls(conn, [(v.project_id, v.trigger_id) for v in views])
+    out: list[ScheduleView] = []
+    for v in views:
+        c = controls.get((v.project_id, v.trigger_id))
+        if c is not None:
+            v = msgspec.structs.replace(
+                v,
+                paused_at_ms=c.paused_at_ms,
+                pause_note=c.pause_note,
+                paused_total=c.paused_total,
+                actions=c.actions,
+            )
+        out.append(v)
+    return out
 
 
 @asynccontextmanager

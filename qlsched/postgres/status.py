@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from qlsched.core.store import ScheduleRow
+from qlsched.postgres.control import read_controls
 from qlsched.postgres.health import RefusedTrigger, refused_triggers
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
@@ -35,7 +36,7 @@ class StatusReport(msgspec.Struct, frozen=True):
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
     now_ms = int(await conn.fetchval(query("status_now_ms")))
     rows = await conn.fetch(query("status_schedules"), limit)
-    schedules = [ScheduleRow(**dict(r)) for r in rows]
+    schedules = await _with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
     backlog = int(await conn.fetchval(query("due_backlog")))
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
     refused = await refused_triggers(conn, limit=limit)
@@ -46,3 +47,21 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         recent_runs=recent,
         refused=refused,
     )
+
+
+async def _with_controls(conn: Connection, rows: list[ScheduleRow]) -> list[ScheduleRow]:
+    """Each row with its pause state and latest actions (two statements for all of them)."""
+    controls = await read_controls(conn, [(s.project_id, s.trigger_id) for s in rows])
+    out: list[ScheduleRow] = []
+    for s in rows:
+        c = controls.get((s.project_id, s.trigger_id))
+        if c is not None:
+            s = msgspec.structs.replace(
+                s,
+                paused_at_ms=c.paused_at_ms,
+                pause_note=c.pause_note,
+                paused_total=c.paused_total,
+                actions=c.actions,
+            )
+        out.append(s)
+    return out

@@ -86,3 +86,17 @@ SELECT a.project_id, a.trigger_id, a.action_id, a.kind, a.at_ms, a.actor, a.acto
 SELECT x.kind, x.actions, x.occurrences
   FROM qlsched.schedule_action_totals AS x
  ORDER BY x.kind;
+
+-- name: control_list_schedules
+-- Schedules with their spec and control state for the admin API, in key order after
+-- ($1 project, $2 trigger) (keyset paging; '' and '' for the first page), $3 rows at most.
+-- Reads only what the admin and the observer may both read.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cron,
+       t.timezone, t.misfire_policy, t.misfire_grace_ms, s.next_fire_at_ms,
+       s.last_scheduled_at_ms, s.paused_at_ms, s.pause_note, s.paused_total, s.skipped_total,
+       s.coalesced_total, s.claim_owner, s.claim_expires_at_ms
+  FROM qlsched.trigger_schedules AS s
+  JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ WHERE (s.project_id, s.trigger_id) > ($1::text, $2::text)
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT $3;
