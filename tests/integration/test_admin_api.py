@@ -7,6 +7,8 @@ thread (``trio.to_thread``), as a script's main thread would.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from qlsched.admin import (
 from qlsched.core.control import ControlError
 from qlsched.core.specs import decode_publish_file
 from qlsched.postgres.login import WrongRole
+from tests.integration.schema_support import clean_env
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration
@@ -163,3 +166,31 @@ async def test_bad_input_and_wrong_roles_are_typed_errors(pg_db: TestDatabase) -
     with pytest.raises(WrongRole, match="needs qlsched_admin or qlsched_observer"):
         await admin.list_schedules(pg_db.runtime_dsn)
     assert all(not s.actions for s in await admin.list_schedules(dsn))
+
+
+def test_the_schedule_in_code_example_publishes_and_pauses(pg_db: TestDatabase) -> None:
+    """Rule: examples/schedule_in_code.py publishes its schedule (a second run changes
+    nothing) and, with --pause, pauses and resumes a trigger through the sync API."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "schedule_in_code.py"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(example), pg_db.admin_dsn, *args],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+            check=False,
+        )
+
+    first, second = run(), run("--pause")
+    assert first.returncode == 0, first.stderr
+    assert "reports/daily-report-berlin: added" in first.stdout
+    assert "reports/cache-warm-us: added" in first.stdout
+    assert second.returncode == 0, second.stderr
+    assert "added" not in second.stdout
+    assert "Paused(" in second.stdout
+    assert "Resumed(" in second.stdout
+    assert "reports/daily-report-berlin: paused=False actions=['resume', 'pause']" in (
+        second.stdout
+    )
