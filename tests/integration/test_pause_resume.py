@@ -307,3 +307,23 @@ async def test_an_unknown_trigger_is_refused(env: Env) -> None:
     with pytest.raises(UnknownTrigger):
         await do_resume(env, "q/t0000")
     assert await actions(env) == []
+
+
+async def test_resuming_a_trigger_of_an_archived_project_schedules_nothing(env: Env) -> None:
+    """Rule: a trigger resumed while its project is archived is no longer paused but stays
+    inactive (nothing would have run, so nothing is counted); restoring the project makes
+    it claimable again."""
+    await env.publish(one_project(1))
+    cursor = await env.make_due(age_ms=HOUR_MS)
+    await do_pause(env)
+    await env.publish(one_project(1, archived=True))
+
+    outcome = await do_resume(env)
+
+    assert isinstance(outcome, Resumed)
+    assert (outcome.scheduled, outcome.inside, outcome.paused) == (False, 0, 0)
+    row = await env.schedule("p", "t0000")
+    assert (row["paused_at_ms"], row["active"], row["paused_total"]) == (None, False, 0)
+    assert row["next_fire_at_ms"] == cursor
+    await env.publish(one_project(1))
+    assert [c.trigger_id for c in await env.store.claim("A", 16, LEASE_MS)] == ["t0000"]
