@@ -1,5 +1,6 @@
 """``qlsched status``: per trigger its zone, next fire time, claim holder and lease left, lag,
-skipped and coalesced counts; recent runs. Observer DSN; ``--json`` for scripts.
+skipped and coalesced counts; the pause state, paused_total and last control actions of
+the triggers that have any; recent runs. Observer DSN; ``--json`` for scripts.
 
 Tables come from rich: boxed and bold on a terminal, plain whitespace-aligned columns with
 no escape codes when stdout is a pipe or a file. ``--json`` prints one object whose
