@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "migrate": "apply pending schema migrations",
     "check": "schema readiness report (exit 1 when not ready)",
     "publish": "publish projects, tasks and triggers from a TOML file (admin DSN)",
+    "pause": "stop scheduling a trigger until it is resumed (admin DSN)",
+    "resume": "schedule a paused trigger again, counting what fell inside (admin DSN)",
     "run": "run one cluster-control replica (runtime DSN)",
     "status": "schedules, claims, lag, backlog and recent runs (observer DSN)",
     "next": "preview the next fire times of a cron expression",
@@ -57,6 +59,21 @@ def _add_database_options(p: argparse.ArgumentParser, *, role: str) -> None:
     _add_config_options(p, "dsn", dsn=f"PostgreSQL DSN ({role}); default: the local database")
     p.add_argument("--config", help="a TOML config file (also QLSCHED_CONFIG)")
     _add_config_options(p, "pg_bindir", "data_dir")
+
+
+def _add_control_arguments(pause: argparse.ArgumentParser, resume: argparse.ArgumentParser) -> None:
+    for p in (pause, resume):
+        p.add_argument("trigger", metavar="P/T", help="PROJECT/TRIGGER")
+    pause.add_argument("--note", help="why (shown by status and /v1/schedules)")
+    resume.add_argument(
+        "--catch-up",
+        choices=("skip", "fire_once"),
+        default="skip",
+        help="skip: count what fell inside the pause (default); fire_once: fire its latest",
+    )
+    for p in (pause, resume):
+        p.add_argument("--actor", help="who acts, recorded beside the database role")
+        _add_database_options(p, role="admin")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="the publish file (TOML)")
     p.add_argument("--prune", action="store_true", help="disable triggers missing from the file")
     _add_database_options(p, role="admin")
+
+    _add_control_arguments(subs["pause"], subs["resume"])
 
     p = subs["run"]
     _add_database_options(p, role="runtime")

@@ -5,12 +5,14 @@ A plain ASGI callable (no framework) with four GET endpoints:
 - ``/healthz``: 200 while the process serves at all;
 - ``/readyz``: 200 only while the lifecycle runs and is not stopping, else 503 (starting,
   draining, or admission withdrawn by the composition root);
-- ``/metrics``: this replica's Prometheus text; the due-backlog gauge is refreshed from the
-  store once per scrape (bounded by a timeout; on failure the previous value stays);
+- ``/metrics``: this replica's Prometheus text; the due-backlog gauge, and the control
+  actions' database-wide totals when an ``actions`` reader is given, are refreshed from
+  the store once per scrape (bounded by a timeout; on failure the previous value stays);
 - ``/v1/schedules``: the schedule rows as JSON in key order (``?limit=N``, 1..1000, default
-  1000); a full page carries ``next_cursor``, and ``?cursor=`` that value gives the next
-  page (keyset pagination: every row present throughout is seen exactly once, however the
-  table changes meanwhile). ``next_cursor`` is null on the last page.
+  1000), each with its pause state and latest actions; a full page carries ``next_cursor``,
+  and ``?cursor=`` that value gives the next page (keyset pagination: every row present
+  throughout is seen exactly once, however the table changes meanwhile). ``next_cursor`` is
+  null on the last page.
 
 Failures behind an endpoint answer 503 and go to the diagnostic sink by code and exception
 class; no response body or log line carries an exception message. Hypercorn's own access and
@@ -46,13 +48,14 @@ from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.paging import SchedulesPage, cursor_of, page_of
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
-from qlsched.core.store import ScheduleReader
+from qlsched.core.store import ActionTotalsReader, ScheduleReader
 
 SCHEDULES_LIMIT_MAX: Final = 1000
 STORE_TIMEOUT_S: Final = 5.0
 """Bound on the store reads behind ``/metrics`` and ``/v1/schedules``."""
 
 BACKLOG_FAILED: Final = "backlog_failed"
+ACTIONS_FAILED: Final = "action_totals_failed"
 SCHEDULES_FAILED: Final = "schedules_failed"
 HTTP_BUSY: Final = "http_busy"
 """A read refused because the HTTP pool had no free connection (counted, not emitted)."""
@@ -90,8 +93,10 @@ class AdmissionApp:
         replica: str = "",
         store_timeout_s: float = STORE_TIMEOUT_S,
         token: str | None = None,
+        actions: ActionTotalsReader | None = None,
     ) -> None:
         self._lifecycle = lifecycle
+        self._actions = actions
         self._metrics = metrics
         self._reader = reader
         self._sink = sink
@@ -178,7 +183,24 @@ class AdmissionApp:
             self._sink.emit(from_exception(BACKLOG_FAILED, exc, replica=self._replica))
         else:
             self._metrics.set_due_backlog(backlog)
+        await self._refresh_action_totals()
         return _Response(200, self._metrics.render(), METRICS_CONTENT_TYPE.encode())
+
+    async def _refresh_action_totals(self) -> None:
+        """Read the control actions' totals for this scrape; on failure the series keep
+        their last values (or stay absent) and the failure is counted, as for the backlog."""
+        if self._actions is None:
+            return
+        try:
+            with trio.fail_after(self._store_timeout_s):
+                totals = await self._actions.action_totals()
+        except TimeoutError:
+            self._metrics.count_error(HTTP_BUSY)
+        except Exception as exc:
+            self._metrics.count_error(ACTIONS_FAILED)
+            self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
+        else:
+            self._metrics.set_action_totals(totals)
 
     async def _schedules(self, scope: HTTPScope) -> _Response:
         limit = _limit(scope["query_string"])

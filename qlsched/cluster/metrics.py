@@ -31,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from qlsched.cluster.stats import RoundStats
+from qlsched.core.control import ACTION_KINDS, ActionTotal
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 from qlsched.core.store import DUE_BACKLOG_LIMIT
 
@@ -84,6 +85,39 @@ class _AdmitCountsCollector(Collector):
         )
 
 
+class _ActionTotalsCollector(Collector):
+    """Control actions and paused occurrences as the last scrape read them from the
+    database (``schedule_action_totals``); nothing until a first read succeeded.
+
+    Database-wide, not this replica's: actions are taken by admin processes, which serve
+    no metrics, and every replica reports the same values (aggregate with ``max``).
+    """
+
+    def __init__(self) -> None:
+        self.totals: list[ActionTotal] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.totals is None:
+            return
+        by_kind = {kind: ActionTotal(kind, 0, 0) for kind in ACTION_KINDS}
+        by_kind.update({t.kind: t for t in self.totals})
+        actions = CounterMetricFamily(
+            "qlsched_schedule_actions",
+            "Schedule control actions recorded, by kind, database-wide (every replica reports"
+            " the same count).",
+            labels=["kind"],
+        )
+        for kind in sorted(by_kind):
+            actions.add_metric([kind], by_kind[kind].actions)
+        yield actions
+        yield CounterMetricFamily(
+            "qlsched_paused",
+            "Occurrences that fell inside pauses and did not run (the sum of"
+            " trigger_schedules.paused_total), database-wide.",
+            value=by_kind["resume"].occurrences,
+        )
+
+
 class Metrics:
     """The counters, histograms and gauge of one replica, and their text exposition.
 
@@ -97,6 +131,8 @@ class Metrics:
         r = self.registry
         if admit_counts is not None:
             r.register(_AdmitCountsCollector(admit_counts))
+        self._action_totals: Final = _ActionTotalsCollector()
+        r.register(self._action_totals)
 
         def counter(name: str, documentation: str, *labels: str) -> Counter:
             return Counter(name, documentation, labels, registry=r)
@@ -195,6 +231,10 @@ class Metrics:
         """A reader's count, clamped to the limit the help names (one that counts further
         must not make the gauge mean two things)."""
         self.due_backlog.set(min(rows, DUE_BACKLOG_LIMIT))
+
+    def set_action_totals(self, totals: list[ActionTotal]) -> None:
+        """The control actions' totals as a scrape just read them from the database."""
+        self._action_totals.totals = totals
 
     def render(self) -> bytes:
         """The Prometheus text exposition (``CONTENT_TYPE``) of this replica only."""

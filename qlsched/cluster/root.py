@@ -283,6 +283,7 @@ async def open_cluster_control(
                             sink=sink,
                             replica=config.owner,
                             token=config.http_token,
+                            actions=http_reader,
                         )
 
                         control.http_address = await nursery.start(

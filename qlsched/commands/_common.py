@@ -13,13 +13,14 @@ import asyncpg
 import trio
 
 from qlsched.core.config import ConfigError
+from qlsched.core.control import ControlError
 from qlsched.core.specs import SpecError
 from qlsched.embedded import EmbeddedError
 from qlsched.postgres.dsn import DsnError
 from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady, describe_server_error
 from qlsched.postgres.migrate import MigrationError
 
-BAD_INPUT = (ConfigError, SpecError, DsnError)
+BAD_INPUT = (ConfigError, SpecError, DsnError, ControlError)
 FAILED = (DatabaseUnavailable, SchemaNotReady, MigrationError, EmbeddedError)
 
 

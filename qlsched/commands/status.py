@@ -1,5 +1,6 @@
 """``qlsched status``: per trigger its zone, next fire time, claim holder and lease left, lag,
-skipped and coalesced counts; recent runs. Observer DSN; ``--json`` for scripts.
+skipped and coalesced counts; the pause state, paused_total and last control actions of
+the triggers that have any; recent runs. Observer DSN; ``--json`` for scripts.
 
 Tables come from rich: boxed and bold on a terminal, plain whitespace-aligned columns with
 no escape codes when stdout is a pipe or a file. ``--json`` prints one object whose
@@ -21,6 +22,8 @@ from rich.table import Table
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.core.control import ScheduleAction
+from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import StatusReport, read_status
@@ -51,6 +54,35 @@ _COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
 )
 
 
+def _marker(s: ScheduleRow) -> str:
+    if s.paused_at_ms is not None:
+        return " (paused)"
+    return "" if s.active else " (off)"
+
+
+def _action_text(a: ScheduleAction) -> str:
+    who = a.actor if a.actor_label is None else f"{a.actor} ({a.actor_label})"
+    return f"{a.kind} {_iso(a.at_ms)} by {who}"
+
+
+def control_lines(report: StatusReport) -> list[str]:
+    """One line per trigger with a pause state, a paused_total or control actions: since
+    when and why it is paused, what pauses cost it, its latest actions (newest first)."""
+    lines: list[str] = []
+    for s in report.schedules:
+        if s.paused_at_ms is None and not s.paused_total and not s.actions:
+            continue
+        parts = [f"{s.project_id}/{s.trigger_id}"]
+        if s.paused_at_ms is not None:
+            note = "" if s.pause_note is None else f" ({s.pause_note})"
+            parts.append(f"paused since {_iso(s.paused_at_ms)}{note};")
+        parts.append(f"paused_total {s.paused_total};")
+        if s.actions:
+            parts.append("last actions: " + ", ".join(_action_text(a) for a in s.actions))
+        lines.append("  " + " ".join(parts).rstrip(";"))
+    return lines
+
+
 def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD if terminal else None,
@@ -72,7 +104,7 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
         if s.claim_expires_at_ms is not None:
             lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
         table.add_row(
-            f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)"),
+            f"{s.project_id}/{s.trigger_id}" + _marker(s),
             s.cron,
             s.timezone,
             _iso_s(s.next_fire_at_ms),
@@ -114,6 +146,11 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
+    controls = control_lines(report)
+    if controls:
+        console.print("pause and control actions:", markup=False)
+        for line in controls:
+            console.print(line, markup=False)
     for refused in report.refused:
         console.print(
             f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"

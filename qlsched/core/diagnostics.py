@@ -32,6 +32,7 @@ ERROR_CODES: Final = frozenset(
         "schema_not_ready",
         "backlog_failed",
         "schedules_failed",
+        "action_totals_failed",
     }
 )
 """Codes for a step that failed; every other code a replica emits is a warning."""

@@ -99,6 +99,12 @@ def decode_publish_file(raw: bytes) -> PublishFile:
         data = decode_toml(raw, max_bytes=PUBLISH_FILE_MAX_BYTES)
     except TomlFileError as exc:
         raise SpecError(str(exc)) from None
+    return publish_file_from(data)
+
+
+def publish_file_from(data: Any) -> PublishFile:
+    """Convert plain data (a decoded file, or Structs built in code as builtins) and validate
+    it: the one path both the TOML file and ``qlsched.admin`` take, so their errors match."""
     try:
         spec = msgspec.convert(data, PublishFile)
     except msgspec.ValidationError as exc:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import msgspec
 
+from qlsched.core.control import ActionTotal, ScheduleAction
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.outcomes import Outcome, Skip
 
@@ -55,9 +56,16 @@ class ScheduleRow(msgspec.Struct, frozen=True):
     """Occurrences the ``skip`` policy dropped because they were found past the grace."""
     coalesced_total: int
     """Occurrences passed over by a Fire that admitted an earlier one (either policy)."""
+    paused_at_ms: int | None = None
+    """When the trigger was paused (None while it runs; always None on Edge)."""
+    pause_note: str | None = None
+    paused_total: int = 0
+    """Occurrences that fell inside pauses and did not run."""
+    actions: list[ScheduleAction] = msgspec.field(default_factory=list)
+    """The latest control actions, newest first."""
 
 
-class ScheduleView(ScheduleRow, frozen=True):
+class ScheduleView(ScheduleRow, frozen=True, kw_only=True):
     """A schedule row as ``/v1/schedules``, metrics and ``edge status`` show it, with the
     database time it was read at (``qlsched status`` gives that time once, beside its rows)."""
 
@@ -81,4 +89,10 @@ class ScheduleReader(Protocol):
         self, after: tuple[str, str], limit: int = 1000
     ) -> list[ScheduleView]:
         """The rows after key ``after`` = (project, trigger) in key order (keyset pages)."""
+        ...
+
+
+class ActionTotalsReader(Protocol):
+    async def action_totals(self) -> list[ActionTotal]:
+        """Control actions per kind so far, database-wide (the metrics scrape)."""
         ...

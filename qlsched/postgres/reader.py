@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final
 
+from qlsched.core.control import ActionTotal
 from qlsched.core.store import ScheduleView
 from qlsched.postgres import observe
+from qlsched.postgres.control import read_action_totals, with_controls
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
 
@@ -39,18 +41,24 @@ class PostgresReader:
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         sql = query("list_schedules")
 
-        async def fn(conn: Connection) -> list[Any]:
-            return list(await conn.fetch(sql, limit))
+        async def fn(conn: Connection) -> list[ScheduleView]:
+            views = [ScheduleView(**dict(r)) for r in await conn.fetch(sql, limit)]
+            return await with_controls(conn, views)
 
-        return [ScheduleView(**dict(r)) for r in await self._db.run(fn)]
+        return await self._db.run(fn)
 
     async def list_schedules_after(
         self, after: tuple[str, str], limit: int = 1000
     ) -> list[ScheduleView]:
         async def fn(conn: Connection) -> list[ScheduleView]:
-            return await observe.schedules_after(conn, after, limit=limit)
+            return await with_controls(
+                conn, await observe.schedules_after(conn, after, limit=limit)
+            )
 
         return await self._db.run(fn)
+
+    async def action_totals(self) -> list[ActionTotal]:
+        return await self._db.run(read_action_totals)
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ import msgspec
 
 from qlsched.core.store import DUE_BACKLOG_LIMIT, ScheduleRow
 from qlsched.postgres import observe
+from qlsched.postgres.control import with_controls
 from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
@@ -41,7 +42,7 @@ class StatusReport(msgspec.Struct, frozen=True):
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
     now_ms = int(await conn.fetchval(query("status_now_ms")))
     rows = await conn.fetch(query("status_schedules"), limit)
-    schedules = [ScheduleRow(**dict(r)) for r in rows]
+    schedules = await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
     backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
     refused = await observe.refused_due_triggers(conn, limit=limit)

@@ -46,7 +46,8 @@ def trigger_id(ordinal: int) -> str:
 class RowState(msgspec.Struct, frozen=True, kw_only=True):
     """How ``load_schedules`` writes the rows; bucket b = (ordinal - 1) % 100 of each row.
 
-    Buckets ``b < inactive_pct`` are inactive; ``b < due_pct`` are due at ``due_at_ms``, the
+    Buckets ``b < inactive_pct`` are inactive; ``b < paused_pct`` are paused (inactive, as
+    ``qlsched pause`` leaves a row); ``b < due_pct`` are due at ``due_at_ms``, the
     others not due (a distinct cursor after ``later_ms``); due rows with
     ``b >= claimed_from`` hold a valid claim (an hour's lease) by ``HOLDER``.
     """
@@ -54,6 +55,7 @@ class RowState(msgspec.Struct, frozen=True, kw_only=True):
     due_pct: int = 0
     claimed_from: int = 100
     inactive_pct: int = 0
+    paused_pct: int = 0
     due_at_ms: int = 0
     later_ms: int = 0
 
@@ -148,6 +150,7 @@ async def load_schedules(conn: Connection, count: int, state: RowState, *, now_m
             state.inactive_pct,
             now_ms,
             state.later_ms,
+            state.paused_pct,
         )
 
 

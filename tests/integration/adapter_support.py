@@ -280,6 +280,10 @@ class Env:
 
         return await self._admin_db.run(fn)
 
+    async def admin(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` on the admin role's pooled connection (one call, its own transaction)."""
+        return await self._admin_db.run(fn)
+
     # reads and moves
 
     async def now_ms(self) -> int:

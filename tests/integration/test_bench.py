@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
-STATES = ("none_due", "one_pct_due", "most_due_claimed", "ten_pct_inactive")
+STATES = ("none_due", "one_pct_due", "most_due_claimed", "ten_pct_inactive", "ten_pct_paused")
 QUICK_ROWS = ("1000", "10000")
 
 

@@ -37,6 +37,10 @@ ROW_KEYS = {
     "claim_expires_at_ms",
     "skipped_total",
     "coalesced_total",
+    "paused_at_ms",
+    "pause_note",
+    "paused_total",
+    "actions",
 }
 
 

@@ -97,7 +97,8 @@ SELECT f.n, t.project_id
 -- cleared, state and claim versions incremented, so every claim taken under an older
 -- revision fails its fence forever. Arrays $1 projects, $2 ids, $3 enabled, $4 crons,
 -- $5 timezones, $6 misfire policies, $7 grace ms, $8 tasks, $9 task revisions, $10 execution
--- revisions, $11 digests, $12 active, $13 added (new, else changed); $14 now ms.
+-- revisions, $11 digests, $12 active, $13 added (new, else changed); $14 now ms. Pause
+-- state is not part of the spec: a changed row keeps it, and a paused row stays inactive.
 WITH f AS (
     SELECT *
       FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
@@ -137,7 +138,8 @@ WITH f AS (
     RETURNING t.project_id, t.trigger_id, t.revision, f.active
 )
 UPDATE qlsched.trigger_schedules AS s
-   SET trigger_revision = c.revision, active = c.active, next_fire_at_ms = NULL,
+   SET trigger_revision = c.revision, active = c.active AND s.paused_at_ms IS NULL,
+       next_fire_at_ms = NULL,
        claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
        state_version = s.state_version + 1, claim_version = s.claim_version + 1,
        updated_at_ms = GREATEST($14::bigint, s.updated_at_ms)
@@ -146,12 +148,14 @@ UPDATE qlsched.trigger_schedules AS s
 
 -- name: schedule_set_active
 -- Keep the claim filter in step with the project state (archive/unarchive) without a new
--- trigger revision; admit re-verifies the real rows anyway. $1 project, $2 active.
+-- trigger revision; admit re-verifies the real rows anyway. A paused row stays inactive
+-- (only resume revives it). $1 project, $2 active.
 UPDATE qlsched.trigger_schedules AS s
-   SET active = $2 AND t.enabled AND t.revision = s.trigger_revision
+   SET active = $2 AND t.enabled AND t.revision = s.trigger_revision AND s.paused_at_ms IS NULL
   FROM qlsched.triggers AS t
  WHERE s.project_id = $1 AND t.project_id = s.project_id AND t.trigger_id = s.trigger_id
-   AND s.active IS DISTINCT FROM ($2 AND t.enabled AND t.revision = s.trigger_revision);
+   AND s.active IS DISTINCT FROM ($2 AND t.enabled AND t.revision = s.trigger_revision
+                                  AND s.paused_at_ms IS NULL);
 
 -- name: triggers_to_prune
 -- The enabled triggers of projects $1 (array) that the file (arrays $2 projects, $3 ids)

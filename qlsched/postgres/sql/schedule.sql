@@ -68,8 +68,12 @@ claimed AS (
        AND t.revision = s.trigger_revision
  RETURNING s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.claim_owner,
            s.claim_token, s.claim_version, s.claim_expires_at_ms, s.next_fire_at_ms,
-           s.updated_at_ms, s.ctid, t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms,
-           t.content_digest, t.task_id, t.task_revision, t.execution_revision_id
+           s.updated_at_ms, s.ctid, t.cron, t.timezone,
+           -- The occurrence a resume left to catch up fires once whatever the grace.
+           CASE WHEN s.next_fire_at_ms = s.catch_up_at_ms THEN 'fire_once'
+                ELSE t.misfire_policy END AS misfire_policy,
+           t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
+           t.execution_revision_id
 )
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,

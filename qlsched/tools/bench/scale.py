@@ -6,7 +6,8 @@ work), then the schedule table is rewritten in each state and vacuumed:
 * ``none_due``: no row due;
 * ``one_pct_due``: 1 % due, spread over the claim order;
 * ``most_due_claimed``: every row due, 99 % of them under a valid claim of another owner;
-* ``ten_pct_inactive``: 10 % inactive (and due: they must not be walked), 1 % active due.
+* ``ten_pct_inactive``: 10 % inactive (and due: they must not be walked), 1 % active due;
+* ``ten_pct_paused``: the same with 10 % paused (``qlsched pause``) instead of inactive.
 
 The claim statement (k rows, the runtime role, prepared) is timed alone many times in this
 process (``bench_data.claim_timings``: each run rolled back, so the state holds; a claim of
@@ -33,6 +34,7 @@ STATES: dict[str, RowState] = {
     "one_pct_due": RowState(due_pct=1),
     "most_due_claimed": RowState(due_pct=100, claimed_from=1),
     "ten_pct_inactive": RowState(due_pct=11, inactive_pct=10),
+    "ten_pct_paused": RowState(due_pct=11, paused_pct=10),
 }
 EVERY_SECOND = "* * * * * *"
 PROBE_OWNER = "bench-probe"
@@ -124,6 +126,7 @@ async def _load_state(session: BenchSession, rows: int, state: RowState) -> None
             due_pct=state.due_pct,
             claimed_from=state.claimed_from,
             inactive_pct=state.inactive_pct,
+            paused_pct=state.paused_pct,
             due_at_ms=now - 1_000,
             later_ms=now + 86_400_000,
         )

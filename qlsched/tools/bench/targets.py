@@ -170,7 +170,7 @@ UNCHANGED_RATE = 50_000.0
 CLAIM_OVER_ROUND_TRIP_US = 500.0
 CLAIM_SERVER_US_PER_ROW = 30.0
 CLAIM_P50_GROWTH = 1.2
-CLAIMING_STATES = ("one_pct_due", "most_due_claimed", "ten_pct_inactive")
+CLAIMING_STATES = ("one_pct_due", "most_due_claimed", "ten_pct_inactive", "ten_pct_paused")
 """The states in which the claim takes its k rows (none are due in ``none_due``)."""
 
 

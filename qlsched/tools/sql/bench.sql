@@ -52,21 +52,23 @@ SELECT $1::text, g.trigger_id, 1, 'cron', true, g.cron, 'UTC', $5::text, $6::big
 -- publish inserts, revision 1). Row i falls in bucket b = (i - 1) % 100, so every state is
 -- spread evenly over the claim order:
 --   b <  $6           inactive (active = false: project archived or trigger disabled),
+--   b <  $9           paused (inactive, paused at $7, as `qlsched pause` leaves the row),
 --   b <  $4           due at cursor $3, otherwise not due: cursor $8 + i (distinct, future),
 --   due and b >= $5   validly claimed by `bench-holder` (lease until $7 + 1 h).
--- $7 = now (ms), the rows' updated_at_ms. $4 = 0 / $5 = 100 / $6 = 0 turn a part off.
+-- $7 = now (ms), the rows' updated_at_ms. $4 = 0 / $5 = 100 / $6 = 0 / $9 = 0 turn a part off.
 INSERT INTO qlsched.trigger_schedules (project_id, trigger_id, trigger_revision, active,
                                        next_fire_at_ms, state_version, claim_owner,
                                        claim_token, claim_version, claim_expires_at_ms,
-                                       updated_at_ms)
-SELECT $1::text, g.trigger_id, 1, g.b >= $6::int,
+                                       updated_at_ms, paused_at_ms)
+SELECT $1::text, g.trigger_id, 1, g.b >= $6::int AND g.b >= $9::int,
        CASE WHEN g.b < $4::int THEN $3::bigint ELSE $8::bigint + g.i END,
        1,
        CASE WHEN g.held THEN 'bench-holder' END,
        CASE WHEN g.held THEN pg_catalog.gen_random_uuid() END,
        CASE WHEN g.held THEN 1 ELSE 0 END,
        CASE WHEN g.held THEN $7::bigint + 3600000 END,
-       $7::bigint
+       $7::bigint,
+       CASE WHEN g.b < $9::int THEN $7::bigint END
   FROM (SELECT i, (i - 1) % 100 AS b,
                (i - 1) % 100 < $4::int AND (i - 1) % 100 >= $5::int AS held,
                't' || pg_catalog.lpad(i::text, 7, '0') AS trigger_id

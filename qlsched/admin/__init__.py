@@ -1,0 +1,62 @@
+"""The Python admin API (docs/contract.md §10): what the admin commands do, from code.
+
+Async functions (await them from Trio) and, in ``qlsched.admin.sync``, the same functions
+for plain scripts::
+
+    from qlsched.admin import ProjectEntry, TaskEntry, TriggerEntry, sync
+
+    sync.publish(ADMIN_DSN, projects=[ProjectEntry(id="billing")], tasks=[...], triggers=[...])
+    sync.pause(ADMIN_DSN, "billing/nightly", note="migrating the ledger", actor="alice")
+    sync.resume(ADMIN_DSN, "billing/nightly", catch_up="fire_once")
+
+Entries are the Structs a publish file decodes to, validated the same way. Every call opens
+one connection and closes it; see ``qlsched.admin.schedules`` for the errors. Each control
+lives in a module of its own, re-exported here.
+"""
+
+from __future__ import annotations
+
+from qlsched.admin import sync
+from qlsched.admin.schedules import list_schedules, pause, publish, resume, validated
+from qlsched.core.control import (
+    AlreadyPaused,
+    ControlError,
+    NotPaused,
+    Paused,
+    PauseOutcome,
+    Resumed,
+    ResumeOutcome,
+    ScheduleAction,
+    ScheduleState,
+    TriggerRef,
+    UnknownTrigger,
+)
+from qlsched.core.pause import CatchUp
+from qlsched.core.publish_result import PublishResult
+from qlsched.core.specs import ProjectEntry, SpecError, TaskEntry, TriggerEntry
+
+__all__ = [
+    "AlreadyPaused",
+    "CatchUp",
+    "ControlError",
+    "NotPaused",
+    "PauseOutcome",
+    "Paused",
+    "ProjectEntry",
+    "PublishResult",
+    "ResumeOutcome",
+    "Resumed",
+    "ScheduleAction",
+    "ScheduleState",
+    "SpecError",
+    "TaskEntry",
+    "TriggerEntry",
+    "TriggerRef",
+    "UnknownTrigger",
+    "list_schedules",
+    "pause",
+    "publish",
+    "resume",
+    "sync",
+    "validated",
+]
