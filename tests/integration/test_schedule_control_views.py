@@ -90,7 +90,8 @@ async def test_a_replica_serves_pauses_on_v1_schedules_and_counts_them_in_metric
 ) -> None:
     """Rule: /v1/schedules shows the paused state, note, paused_total and last actions;
     /metrics counts actions by kind (qlsched_schedule_actions_total) and paused occurrences
-    (qlsched_paused_total) as the database holds them, updated at the next scrape."""
+    (qlsched_paused_total) as the database holds them, updated at the next scrape. A later
+    page (``?cursor=``) carries the same pause state as the first."""
     paused_total = await _history(pg_db)
     config = control_config(pg_db.runtime_dsn, "r", http="127.0.0.1:0")
     async with open_cluster_control(config) as control:
@@ -101,6 +102,13 @@ async def test_a_replica_serves_pauses_on_v1_schedules_and_counts_them_in_metric
         metrics = await http_get(port, "/metrics")
         await resume(pg_db.admin_dsn, f"{PROJECT}/a")
         later = await http_get(port, "/metrics")
+        # A page after the first (keyset: the rows after a) shows pause state too.
+        await pause(pg_db.admin_dsn, f"{PROJECT}/b", note="b too")
+        after_a = await http_get(port, f"/v1/schedules?cursor={PROJECT}/a")
+
+    [b] = json.loads(after_a.body)["schedules"]
+    assert (b["trigger_id"], b["pause_note"]) == ("b", "b too")
+    assert [x["kind"] for x in b["actions"]] == ["pause"]
 
     assert listing.status == 200
     rows = {r["trigger_id"]: r for r in json.loads(listing.body)["schedules"]}
