@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "publish": "publish projects, tasks and triggers from a TOML file (admin DSN)",
     "pause": "stop scheduling a trigger until it is resumed (admin DSN)",
     "resume": "schedule a paused trigger again, counting what fell inside (admin DSN)",
+    "trigger": "ask for one Run of a trigger now (admin DSN)",
+    "backfill": "ask for the Runs of a trigger's occurrences in a past range (admin DSN)",
     "run": "run one cluster-control replica (runtime DSN)",
     "status": "schedules, claims, lag, backlog and recent runs (observer DSN)",
     "next": "preview the next fire times of a cron expression",
@@ -127,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_database_options(p, role="admin")
 
     _add_control_arguments(subs["pause"], subs["resume"])
+
+    for name in ("trigger", "backfill"):
+        p = subs[name]
+        p.add_argument("target", metavar="P/T", help="the trigger, as PROJECT/TRIGGER")
+        if name == "backfill":
+            p.add_argument("--from", dest="start", required=True, help="ISO 8601 (UTC if bare)")
+            p.add_argument("--to", dest="end", required=True, help="ISO 8601 (UTC if bare)")
+            p.add_argument(
+                "--max",
+                type=int,
+                default=10_000,
+                help="refuse a range of more occurrences (default 10000, at most 1000000)",
+            )
+        p.add_argument("--note", help="why (kept with the request)")
+        p.add_argument("--actor", help="who, beside the database role (kept with the request)")
+        _add_database_options(p, role="admin")
 
     p = subs["run"]
     _add_database_options(p, role="runtime")

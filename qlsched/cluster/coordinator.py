@@ -34,6 +34,7 @@ import msgspec
 import trio
 
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.requests import RequestsPass
 from qlsched.cluster.stats import RoundCounts, RoundStats
 from qlsched.core.config import Config
 from qlsched.core.cron import CronError, parse_cron
@@ -123,6 +124,7 @@ class Coordinator:
         metrics: Metrics,
         *,
         spec_cache_size: int = SPEC_CACHE_SIZE,
+        requests: RequestsPass | None = None,
     ) -> None:
         self._store = store
         self._owner = config.owner
@@ -135,6 +137,8 @@ class Coordinator:
         self._spec_cache_size = max(1, spec_cache_size)
         self.sink: Final = sink
         self.metrics: Final = metrics
+        self.requests: Final = requests
+        """Trigger-now and backfill requests, served after the schedule rows each round."""
 
     @property
     def budget(self) -> int:
@@ -178,6 +182,8 @@ class Coordinator:
                     nursery.start_soon(self._settle, claim, stop, fires, tally)
             if fires:
                 await self._admit_in_lease(fires, tally, started)
+            if self.requests is not None:
+                await self.requests.run(stop)
         finally:
             duration_ms = (trio.current_time() - started) * 1000
             stats = RoundStats.freeze(tally, budget, duration_ms)

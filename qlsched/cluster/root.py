@@ -35,6 +35,7 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.exception_groups import single_leaf_unwrapped
@@ -48,6 +49,7 @@ from qlsched.postgres.pool import Connection, Database, close_deadline, open_dat
 from qlsched.postgres.reader import open_reader
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
+from qlsched.postgres.requests import PostgresRequestStore
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS, PostgresStore
 from qlsched.sinks import StreamSink
 
@@ -262,7 +264,14 @@ async def open_cluster_control(
 
         store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
         metrics = Metrics(admit_counts=store)
-        coordinator = Coordinator(store, config, sink, metrics)
+        requests = PostgresRequestStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
+        coordinator = Coordinator(
+            store,
+            config,
+            sink,
+            metrics,
+            requests=RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
+        )
         lifecycle = Lifecycle(
             coordinator, config, answering=lambda: claim_db.answering and admit_db.answering
         )

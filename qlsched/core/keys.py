@@ -15,10 +15,17 @@ from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.outcomes import Fire
 
 KEY_PREFIX = "ql3:cron:v1"
+MANUAL_KEY_PREFIX = "ql3:manual:v1"
 
 
 def idempotency_key(trigger_id: str, trigger_revision: int, scheduled_for_ms: int) -> str:
     return f"{KEY_PREFIX}:{trigger_id}:{trigger_revision}:{scheduled_for_ms}"
+
+
+def manual_key(trigger_id: str, trigger_revision: int, request_id: uuid.UUID) -> str:
+    """The key of a trigger-now Run: one per request, whoever admits it and however often
+    it is tried (a takeover or a lost reply re-sends the same key, never a second Run)."""
+    return f"{MANUAL_KEY_PREFIX}:{trigger_id}:{trigger_revision}:{request_id}"
 
 
 def new_id() -> uuid.UUID:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from qlsched.core.keys import fire_request, idempotency_key
+from qlsched.core.keys import fire_request, idempotency_key, manual_key
 from qlsched.core.outcomes import Fire
 from tests.unit.test_fence_parts import CLAIM
 
@@ -13,6 +13,17 @@ from tests.unit.test_fence_parts import CLAIM
 def test_key_format() -> None:
     """Rule: ql3:cron:v1:<triggerId>:<triggerRevision>:<scheduledForMs>, no project."""
     assert idempotency_key("backup", 3, 1_767_225_600_000) == "ql3:cron:v1:backup:3:1767225600000"
+
+
+def test_manual_key_format() -> None:
+    """Rule: a trigger-now Run's key is ql3:manual:v1:<triggerId>:<triggerRevision>:<requestId>:
+    the same for every replica that admits the request, distinct from every cron key."""
+    request = uuid.UUID("0b6f7c2e-54a1-4c5e-9d0e-2f1a3b4c5d6e")
+    key = manual_key("backup", 3, request)
+    assert key == "ql3:manual:v1:backup:3:0b6f7c2e-54a1-4c5e-9d0e-2f1a3b4c5d6e"
+    assert key == manual_key("backup", 3, uuid.UUID(str(request)))
+    assert manual_key("backup", 3, uuid.uuid4()) != key
+    assert not key.startswith("ql3:cron:")
 
 
 def test_same_occurrence_same_key_new_ids() -> None:

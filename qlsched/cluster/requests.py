@@ -1,0 +1,257 @@
+"""The requests pass of a round: trigger-now and backfill requests, under the round's rules.
+
+After the schedule rows' work, a round claims up to its budget of pending requests (one
+statement, a lease each) and admits each one's chunk in its own SERIALIZABLE statement: a
+trigger-now request its one Run (key ``ql3:manual:v1:…``, ``scheduled_for`` = when it was
+recorded; the cron cursor does not move), a backfill up to the claim budget of its next
+occurrences under their cron keys, never at or past the trigger's cron cursor.
+
+Cost when nobody asked: the pass sends nothing. It claims only when the last claim saw a
+pending request (work left, or another replica's lease to outlive) or when its poll timer
+is due (``poll_s``: a few cadences, well inside a lease), so a replica that has seen no
+request costs one index probe of an empty partial index per ``poll_s``, not per round.
+Rejected: a claim every round (a statement more per round, against the drain's rate);
+LISTEN/NOTIFY (a connection per replica held open, and a missed notification still needs
+the timer).
+
+Authority: the database decides each fence and refusal; this module picks each chunk from
+the trigger's own cron (``core.requests.backfill_chunk``) and counts outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, assert_never
+from zoneinfo import ZoneInfoNotFoundError
+
+import msgspec
+import trio
+from prometheus_client import Counter
+
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config
+from qlsched.core.cron import CronError, CronSchedule, parse_cron
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
+from qlsched.core.keys import idempotency_key, manual_key, new_id
+from qlsched.core.requests import (
+    RequestAdmitted,
+    RequestChunk,
+    RequestClaim,
+    RequestCommitUnknown,
+    RequestFailed,
+    RequestFenceLost,
+    RequestOutcome,
+    RequestRefused,
+    RequestStore,
+    RequestWaiting,
+    backfill_chunk,
+)
+
+POLL_CADENCES: Final = 5
+"""With no request seen, the pass looks this many cadences apart (capped by half a lease)."""
+REQUEST_TASK_FAILED: Final = "request_task_failed"
+
+REQUEST_CODES: Final = (
+    "request_admitted",
+    "request_waiting",
+    "request_refused",
+    "request_fence_lost",
+    "request_commit_unknown",
+    "request_failed",
+)
+
+
+def poll_interval_s(config: Config) -> float:
+    """Seconds between two looks for requests while none is known to be pending."""
+    cadence_s, lease_s = config.cadence_ms / 1000, config.lease_ms / 1000
+    return max(cadence_s, min(POLL_CADENCES * cadence_s, lease_s / 2))
+
+
+def _chunk(
+    claim: RequestClaim,
+    occurrences: list[int],
+    keys: list[str],
+    *,
+    cursor_ms: int | None,
+    done: bool,
+) -> RequestChunk:
+    """A chunk with its Run and Attempt ids minted (fresh per try; the keys decide)."""
+    return RequestChunk(
+        claim=claim,
+        occurrences=occurrences,
+        keys=keys,
+        run_ids=[new_id() for _ in occurrences],
+        attempt_ids=[new_id() for _ in occurrences],
+        cursor_ms=cursor_ms,
+        done=done,
+    )
+
+
+class RequestStats(msgspec.Struct, frozen=True):
+    """One pass: whether it looked, what it claimed and admitted."""
+
+    looked: bool
+    claimed: int = 0
+    admitted: int = 0
+    already_admitted: int = 0
+
+
+class RequestsPass:
+    """Claims and admits requests for one replica, at most once per round.
+
+    Ownership: no task, no nursery; the coordinator awaits ``run`` inside its round. The
+    poll timer and the pending flag are the only state between rounds.
+    """
+
+    def __init__(
+        self,
+        store: RequestStore,
+        config: Config,
+        sink: DiagnosticSink,
+        metrics: Metrics,
+        *,
+        budget: int,
+        poll_s: float | None = None,
+    ) -> None:
+        self._store = store
+        self._owner = config.owner
+        self._lease_ms = config.lease_ms
+        self._budget = max(1, budget)
+        self._poll_s = poll_interval_s(config) if poll_s is None else poll_s
+        self._next_look = -math.inf
+        self._pending = True
+        """A request may be pending: look next round (true at start: a restart may find
+        requests recorded while no replica ran)."""
+        self._crons: dict[tuple[str, str], CronSchedule] = {}
+        self._sink = sink
+        registry = metrics.registry
+        self.outcomes: Final = Counter(
+            "qlsched_request_outcomes",
+            "Trigger-now and backfill request admits by outcome.",
+            ["code"],
+            registry=registry,
+        )
+        self.occurrences: Final = Counter(
+            "qlsched_request_occurrences",
+            "Occurrences of requests: admitted, or already admitted (refused by the key).",
+            ["result"],
+            registry=registry,
+        )
+        for code in REQUEST_CODES:
+            self.outcomes.labels(code)
+        for result in ("admitted", "already_admitted"):
+            self.occurrences.labels(result)
+
+    async def run(self, stop: trio.Event | None = None) -> RequestStats:
+        """One pass: nothing at all unless a request may be pending or the poll is due."""
+        now = trio.current_time()
+        if (stop is not None and stop.is_set()) or (not self._pending and now < self._next_look):
+            return RequestStats(looked=False)
+        self._next_look = now + self._poll_s
+        batch = await self._store.claim(self._owner, self._budget, self._lease_ms)
+        self._pending = batch.any_pending
+        admitted = already = 0
+        for claim in batch.claims:
+            outcome = await self._admit_one(claim)
+            if isinstance(outcome, RequestAdmitted):
+                admitted += outcome.admitted
+                already += outcome.already_admitted
+        return RequestStats(
+            looked=True, claimed=len(batch.claims), admitted=admitted, already_admitted=already
+        )
+
+    async def _admit_one(self, claim: RequestClaim) -> RequestOutcome | None:
+        try:
+            chunk = self._chunk(claim)
+            if chunk is None:
+                return None
+            outcome = await self._store.admit(chunk)
+        except Exception as exc:
+            # A bug or an unclassified failure: the claim expires and is taken again.
+            self._sink.emit(
+                from_exception(
+                    REQUEST_TASK_FAILED,
+                    exc,
+                    replica=self._owner,
+                    project_id=claim.project_id,
+                    trigger_id=claim.trigger_id,
+                )
+            )
+            return None
+        self._count(outcome)
+        return outcome
+
+    def _chunk(self, claim: RequestClaim) -> RequestChunk | None:
+        """The occurrences to admit for ``claim``; None: its spec cannot be used (left to
+        expire, reported). A claim of another revision sends an empty chunk: the database
+        refuses the request."""
+        if claim.current_revision != claim.trigger_revision:
+            return _chunk(claim, [], [], cursor_ms=claim.cursor_ms, done=False)
+        if claim.kind == "trigger":
+            key = manual_key(claim.trigger_id, claim.trigger_revision, claim.request_id)
+            return _chunk(claim, [claim.created_at_ms], [key], cursor_ms=None, done=True)
+        cron = self._cron(claim)
+        if cron is None or claim.from_ms is None or claim.to_ms is None:
+            return None
+        below = (
+            claim.schedule_cursor_ms
+            if claim.schedule_cursor_ms is not None
+            else claim.claimed_at_ms + 1
+        )
+        picked = backfill_chunk(
+            cron,
+            from_ms=claim.from_ms,
+            to_ms=claim.to_ms,
+            cursor_ms=claim.cursor_ms,
+            below_ms=below,
+            limit=self._budget,
+        )
+        keys = [
+            idempotency_key(claim.trigger_id, claim.trigger_revision, t) for t in picked.occurrences
+        ]
+        return _chunk(claim, picked.occurrences, keys, cursor_ms=picked.cursor_ms, done=picked.done)
+
+    def _cron(self, claim: RequestClaim) -> CronSchedule | None:
+        key = (claim.cron, claim.timezone)
+        cron = self._crons.get(key)
+        if cron is None:
+            try:
+                cron = parse_cron(claim.cron, claim.timezone)
+            except (CronError, ZoneInfoNotFoundError) as exc:
+                self._sink.emit(
+                    Diagnostic(
+                        code="spec_invalid",
+                        replica=self._owner,
+                        project_id=claim.project_id,
+                        trigger_id=claim.trigger_id,
+                        exception=type(exc).__name__,
+                    )
+                )
+                return None
+            if len(self._crons) > 1024:
+                self._crons.clear()
+            self._crons[key] = cron
+        return cron
+
+    def _count(self, outcome: RequestOutcome) -> None:
+        code = outcome.__struct_config__.tag
+        assert isinstance(code, str)
+        self.outcomes.labels(code).inc()
+        match outcome:
+            case RequestAdmitted(admitted=admitted, already_admitted=already):
+                self.occurrences.labels("admitted").inc(admitted)
+                self.occurrences.labels("already_admitted").inc(already)
+            case RequestRefused(reason=reason):
+                self._sink.emit(
+                    Diagnostic(
+                        code="request_refused",
+                        replica=self._owner,
+                        project_id=outcome.project_id,
+                        trigger_id=outcome.trigger_id,
+                        part=reason,
+                    )
+                )
+            case RequestWaiting() | RequestFenceLost() | RequestCommitUnknown() | RequestFailed():
+                pass
+            case _:
+                assert_never(outcome)

@@ -1,0 +1,44 @@
+"""``qlsched backfill P/T --from ISO --to ISO [--max N]``: Runs for a past range (admin DSN).
+
+The range's occurrences are the trigger's own (cron, zone, DST rule), counted exactly
+before anything is written: more than ``--max`` (default 10,000, at most 1,000,000) is
+refused with the count (exit 2). Replicas admit them in chunks of at most the claim budget
+per round, each under its cron key, so an occurrence that already has a Run is counted,
+never repeated; ``qlsched status`` shows the progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from qlsched.admin.requests import backfill
+from qlsched.commands._requests import iso, iso_ms, record, target
+from qlsched.core.requests import Recorded, RecordResult
+
+
+def main(args: argparse.Namespace) -> int:
+    def describe(result: RecordResult) -> str:
+        assert isinstance(result, Recorded)
+        return (
+            f"backfill {result.project_id}/{result.trigger_id}: request {result.request_id}"
+            f" recorded for {result.total:,} occurrences from {iso(args.from_ms)} to"
+            f" {iso(args.to_ms)} (revision {result.trigger_revision}); replicas admit them"
+            " (qlsched status shows the progress)"
+        )
+
+    async def call(dsn: str) -> RecordResult:
+        project, trigger = target(args.target)
+        args.from_ms = iso_ms("--from", args.start)
+        args.to_ms = iso_ms("--to", args.end)
+        return await backfill(
+            dsn,
+            project,
+            trigger,
+            start=args.from_ms,
+            end=args.to_ms,
+            max_occurrences=args.max,
+            note=args.note,
+            actor=args.actor,
+        )
+
+    return record("backfill", args, call, describe)

@@ -1,0 +1,30 @@
+"""``qlsched trigger P/T [--note TEXT] [--actor TEXT]``: ask for one Run now (admin DSN).
+
+The request is for the trigger's current revision; a replica admits it as one Run keyed
+``ql3:manual:v1:<trigger>:<revision>:<request>``, without moving the cron cursor. A
+disabled or archived trigger is refused at once (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from qlsched.admin.requests import trigger_now
+from qlsched.commands._requests import iso, record, target
+from qlsched.core.requests import Recorded, RecordResult
+
+
+def main(args: argparse.Namespace) -> int:
+    def describe(result: RecordResult) -> str:
+        assert isinstance(result, Recorded)
+        return (
+            f"trigger {result.project_id}/{result.trigger_id}: request {result.request_id}"
+            f" recorded at {iso(result.created_at_ms)} for revision {result.trigger_revision};"
+            " a replica admits it (qlsched status shows it)"
+        )
+
+    async def call(dsn: str) -> RecordResult:
+        project, trigger = target(args.target)
+        return await trigger_now(dsn, project, trigger, note=args.note, actor=args.actor)
+
+    return record("trigger", args, call, describe)

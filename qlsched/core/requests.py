@@ -1,0 +1,255 @@
+"""Trigger-now and backfill requests: their limits, a backfill's chunks, and the outcomes.
+
+A request is recorded by an operator (admin role) and admitted by a replica under the same
+fence rules as a schedule row (docs/contract.md §10). What is pure lives here: how many
+occurrences a backfill range holds (counted, never stepped through), which occurrences the
+next chunk admits, and the typed outcome of one request's admit.
+
+A backfill's occurrences are the trigger's own: ``cron.next_after`` and
+``cron_count.count_between``, the functions every cron decision uses, so a DST policy
+there applies here unchanged. A chunk never reaches the trigger's cron cursor: occurrences
+at or after it are cron's to fire, skip or count, and a backfill that reaches it waits for
+cron to move on (then admits what cron did not).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final, Literal, Protocol
+
+import msgspec
+
+from qlsched.core.cron import CronSchedule, next_after
+from qlsched.core.cron_count import count_between
+from qlsched.core.fence import ClaimFence
+
+BACKFILL_MAX_DEFAULT: Final = 10_000
+"""Occurrences a backfill may hold unless ``--max`` says otherwise."""
+BACKFILL_MAX_HARD_CAP: Final = 1_000_000
+"""No ``--max`` may exceed this."""
+NOTE_MAX_CHARS: Final = 1000
+ACTOR_MAX_CHARS: Final = 200
+
+RequestKind = Literal["trigger", "backfill"]
+RefusedReason = Literal[
+    "trigger_missing",
+    "trigger_disabled",
+    "project_archived",
+    "revision_changed",
+    "digest_invalid",
+]
+"""Why a request was refused: at once when recorded, or by the replica that would admit it
+(the trigger changed, was disabled or archived, or does not verify since it was asked)."""
+
+
+def backfill_count(cron: CronSchedule, from_ms: int, to_ms: int) -> int:
+    """Occurrences ``t`` with ``from_ms <= t <= to_ms``, counted exactly, not visited."""
+    if to_ms < from_ms:
+        return 0
+    return count_between(cron, from_ms - 1, to_ms)
+
+
+class Chunk(msgspec.Struct, frozen=True):
+    """The next occurrences of a backfill to admit, and where its cursor goes."""
+
+    occurrences: list[int]
+    cursor_ms: int | None
+    """The last occurrence of this chunk (the request's progress after it), or the old
+    cursor when the chunk is empty."""
+    done: bool
+    """No occurrence of the range is left after this chunk."""
+
+
+def backfill_chunk(
+    cron: CronSchedule,
+    *,
+    from_ms: int,
+    to_ms: int,
+    cursor_ms: int | None,
+    below_ms: int,
+    limit: int,
+) -> Chunk:
+    """Up to ``limit`` occurrences after the request's cursor (or from ``from_ms``), none
+    after ``to_ms`` and none at or after ``below_ms`` (the trigger's cron cursor: cron's)."""
+    t = from_ms - 1 if cursor_ms is None else cursor_ms
+    out: list[int] = []
+    while len(out) < max(1, limit):
+        t = next_after(cron, t)
+        if t > to_ms:
+            return Chunk(out, out[-1] if out else cursor_ms, True)
+        if t >= below_ms:
+            return Chunk(out, out[-1] if out else cursor_ms, False)
+        out.append(t)
+    return Chunk(out, out[-1], next_after(cron, out[-1]) > to_ms)
+
+
+class RequestClaim(msgspec.Struct, frozen=True):
+    """One claimed request, as the claim statement returned it (database times)."""
+
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    """The revision the request was made for."""
+    kind: RequestKind
+    created_at_ms: int
+    """When it was recorded: a trigger-now Run's ``scheduled_for``."""
+    from_ms: int | None
+    to_ms: int | None
+    cursor_ms: int | None
+    fence: ClaimFence
+    claimed_at_ms: int
+    current_revision: int
+    """The trigger's revision now: another one and the admit refuses the request."""
+    cron: str
+    timezone: str
+    trigger_digest: str
+    task_revision: int
+    execution_revision_id: uuid.UUID
+    schedule_cursor_ms: int | None
+    """The trigger's cron cursor when claimed; a chunk stays before it (re-checked)."""
+
+
+class RequestClaims(msgspec.Struct, frozen=True):
+    """What one request claim statement returned."""
+
+    any_pending: bool
+    """Some request was pending when it ran (claimed by anyone): look again next round."""
+    claims: list[RequestClaim]
+
+
+class RequestChunk(msgspec.Struct, frozen=True):
+    """What one admit sends for a claimed request: its occurrences with their keys and
+    minted ids (only here, only for these), and where the request's cursor goes."""
+
+    claim: RequestClaim
+    occurrences: list[int]
+    keys: list[str]
+    run_ids: list[uuid.UUID]
+    attempt_ids: list[uuid.UUID]
+    cursor_ms: int | None
+    done: bool
+
+
+class RequestStore(Protocol):
+    """The port the requests pass drives (the PostgreSQL adapter implements it)."""
+
+    async def claim(self, owner: str, limit: int, lease_ms: int) -> RequestClaims:
+        """Claim up to ``limit`` pending requests, each under a fresh fence."""
+        ...
+
+    async def admit(self, chunk: RequestChunk) -> RequestOutcome:
+        """Admit one chunk under its claim's fence (an empty one releases the claim)."""
+        ...
+
+
+# --- what recording a request says ----------------------------------------------------------
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """A request stored (pending); a replica admits it."""
+
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    kind: RequestKind
+    created_at_ms: int
+    requested_by: str
+    total: int | None = None
+    """A backfill's occurrences in its range (exact)."""
+
+
+NotRecordedReason = Literal[
+    "trigger_missing", "trigger_disabled", "project_archived", "too_many", "future"
+]
+
+
+class NotRecorded(msgspec.Struct, frozen=True):
+    """A request refused at once: nothing was stored."""
+
+    project_id: str
+    trigger_id: str
+    reason: NotRecordedReason
+    count: int | None = None
+    """``too_many``: the occurrences the range holds."""
+    max: int | None = None
+
+    @property
+    def bad_input(self) -> bool:
+        """The request itself must change (exit 2); else the trigger's state refuses it."""
+        return self.reason in ("trigger_missing", "too_many", "future")
+
+    def message(self) -> str:
+        name = f"{self.project_id}/{self.trigger_id}"
+        match self.reason:
+            case "trigger_missing":
+                return f"{name}: no such trigger (publish it first)"
+            case "trigger_disabled":
+                return f"{name}: refused: the trigger is disabled"
+            case "project_archived":
+                return f"{name}: refused: project {self.project_id} is archived"
+            case "too_many":
+                return (
+                    f"{name}: refused: the range holds {self.count:,} occurrences, more than"
+                    f" --max {self.max:,}"
+                )
+            case "future":
+                return f"{name}: refused: --to is later than the database's time now"
+        raise AssertionError(self.reason)
+
+
+RecordResult = Recorded | NotRecorded
+
+
+# --- outcomes of one request's admit ------------------------------------------------------
+
+
+class _RequestOutcome(msgspec.Struct, frozen=True, tag_field="outcome"):
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+
+
+class RequestAdmitted(_RequestOutcome, frozen=True, tag="request_admitted"):
+    """The chunk (or the one trigger-now Run) committed with the request's cursor."""
+
+    admitted: int
+    already_admitted: int
+    """Occurrences whose key was already taken (cron or an earlier request admitted them)."""
+    done: bool
+
+
+class RequestWaiting(_RequestOutcome, frozen=True, tag="request_waiting"):
+    """A backfill whose next occurrence is not behind the cron cursor yet: released."""
+
+
+class RequestRefused(_RequestOutcome, frozen=True, tag="request_refused"):
+    reason: RefusedReason
+
+
+class RequestFenceLost(_RequestOutcome, frozen=True, tag="request_fence_lost"):
+    """The claim no longer holds (a takeover, the lease expired, the cursor moved)."""
+
+
+class RequestCommitUnknown(_RequestOutcome, frozen=True, tag="request_commit_unknown"):
+    """The reply was lost: never re-sent; the lease expires and the key decides."""
+
+    exception: str
+
+
+class RequestFailed(_RequestOutcome, frozen=True, tag="request_failed"):
+    """Retries exhausted or another database error: the claim is left to expire."""
+
+    sqlstate: str | None
+    exception: str | None
+
+
+RequestOutcome = (
+    RequestAdmitted
+    | RequestWaiting
+    | RequestRefused
+    | RequestFenceLost
+    | RequestCommitUnknown
+    | RequestFailed
+)

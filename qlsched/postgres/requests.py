@@ -1,0 +1,296 @@
+"""Trigger-now and backfill requests in PostgreSQL: recorded by the admin, admitted by replicas.
+
+Recording (admin role, one transaction): the trigger is read once (revision, enabled, cron,
+zone, its project's state, the database time); a request for a missing, disabled or archived
+trigger, a backfill range past the database's now or holding more occurrences than its
+``max`` is refused before anything is written. Otherwise one row is inserted, pending, for
+the revision read; the id, the role and the time are the database's (column defaults the
+admin's INSERT grant leaves out).
+
+Admission (runtime role) follows the schedule rows' rules: ``claim`` is one statement in
+autocommit on the READ COMMITTED pool (the lease commits at once, ``SKIP LOCKED``); ``admit``
+is one statement on the SERIALIZABLE pool that re-checks the four-part fence, the request's
+cursor and the specs, inserts the chunk's Runs (a key already taken is counted, never
+inserted twice), and moves the request's cursor, counts and state, all or nothing. A
+serialization failure is retried while the lease has room; a lost reply is
+``RequestCommitUnknown`` and never re-sent (the next claimer sends the same keys).
+
+Authority: the database decides every fence and every refusal; this module reports them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Final
+
+import trio
+
+from qlsched.core.cron import parse_cron
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.fence import ClaimFence
+from qlsched.core.requests import (
+    BACKFILL_MAX_HARD_CAP,
+    NotRecorded,
+    Recorded,
+    RecordResult,
+    RequestAdmitted,
+    RequestChunk,
+    RequestClaim,
+    RequestClaims,
+    RequestCommitUnknown,
+    RequestFailed,
+    RequestFenceLost,
+    RequestKind,
+    RequestOutcome,
+    RequestRefused,
+    RequestWaiting,
+    backfill_count,
+)
+from qlsched.postgres.errors import ErrorKind, classify, sqlstate
+from qlsched.postgres.pool import Connection, Database
+from qlsched.postgres.queries import query
+
+LEASE_MARGIN_S: Final = 0.5
+"""Retries stop this long before the request's lease would expire by this process's clock."""
+
+
+# --- recording (admin) ----------------------------------------------------------------------
+
+
+async def _record(
+    conn: Connection,
+    project_id: str,
+    trigger_id: str,
+    kind: RequestKind,
+    *,
+    note: str | None,
+    actor: str | None,
+    span: tuple[int, int] | None = None,
+    max_occurrences: int | None = None,
+) -> RecordResult:
+    async with conn.transaction():
+        row = await conn.fetchrow(query("request_target"), project_id, trigger_id)
+        if row is None:
+            return NotRecorded(project_id, trigger_id, "trigger_missing")
+        if row["project_state"] != "active":
+            return NotRecorded(project_id, trigger_id, "project_archived")
+        if not row["enabled"]:
+            return NotRecorded(project_id, trigger_id, "trigger_disabled")
+        total: int | None = None
+        if span is not None:
+            assert max_occurrences is not None
+            if span[1] > row["now_ms"]:
+                return NotRecorded(project_id, trigger_id, "future")
+            total = backfill_count(parse_cron(row["cron"], row["timezone"]), *span)
+            if total > max_occurrences:
+                return NotRecorded(
+                    project_id, trigger_id, "too_many", count=total, max=max_occurrences
+                )
+        inserted = await conn.fetchrow(
+            query("request_insert"),
+            project_id,
+            trigger_id,
+            row["revision"],
+            kind,
+            note,
+            actor,
+            span[0] if span is not None else None,
+            span[1] if span is not None else None,
+            total,
+            max_occurrences,
+        )
+        assert inserted is not None
+        return Recorded(
+            request_id=inserted["request_id"],
+            project_id=project_id,
+            trigger_id=trigger_id,
+            trigger_revision=row["revision"],
+            kind=kind,
+            created_at_ms=inserted["created_at_ms"],
+            requested_by=inserted["requested_by"],
+            total=total,
+        )
+
+
+async def record_trigger_now(
+    conn: Connection,
+    project_id: str,
+    trigger_id: str,
+    *,
+    note: str | None = None,
+    actor: str | None = None,
+) -> RecordResult:
+    """Record a trigger-now request for the trigger's current revision (admin role)."""
+    return await _record(conn, project_id, trigger_id, "trigger", note=note, actor=actor)
+
+
+async def record_backfill(
+    conn: Connection,
+    project_id: str,
+    trigger_id: str,
+    *,
+    from_ms: int,
+    to_ms: int,
+    max_occurrences: int,
+    note: str | None = None,
+    actor: str | None = None,
+) -> RecordResult:
+    """Record a backfill of the occurrences in ``[from_ms, to_ms]`` (admin role); refused
+    with the exact count when the range holds more than ``max_occurrences``."""
+    if not from_ms <= to_ms:
+        raise ValueError("from_ms must not be after to_ms")
+    if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
+        raise ValueError(f"max_occurrences must be 1..{BACKFILL_MAX_HARD_CAP}")
+    return await _record(
+        conn,
+        project_id,
+        trigger_id,
+        "backfill",
+        note=note,
+        actor=actor,
+        span=(from_ms, to_ms),
+        max_occurrences=max_occurrences,
+    )
+
+
+# --- admission (runtime) --------------------------------------------------------------------
+
+
+def _claim_from_row(row: Any) -> RequestClaim:
+    return RequestClaim(
+        request_id=row["request_id"],
+        project_id=row["project_id"],
+        trigger_id=row["trigger_id"],
+        trigger_revision=row["trigger_revision"],
+        kind=row["kind"],
+        created_at_ms=row["created_at_ms"],
+        from_ms=row["from_ms"],
+        to_ms=row["to_ms"],
+        cursor_ms=row["cursor_ms"],
+        fence=ClaimFence(
+            owner=row["claim_owner"],
+            token=row["claim_token"],
+            version=row["claim_version"],
+            expires_at_ms=row["claim_expires_at_ms"],
+        ),
+        claimed_at_ms=row["claimed_at_ms"],
+        current_revision=row["current_revision"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        trigger_digest=row["content_digest"],
+        task_revision=row["task_revision"],
+        execution_revision_id=row["execution_revision_id"],
+        schedule_cursor_ms=row["schedule_cursor_ms"],
+    )
+
+
+class PostgresRequestStore:
+    """The ``RequestStore`` port over a replica's two pools (claims, admits)."""
+
+    def __init__(
+        self,
+        claim_db: Database,
+        admit_db: Database,
+        *,
+        retries: int = 5,
+        sink: DiagnosticSink | None = None,
+    ) -> None:
+        self._claim_db = claim_db
+        self._admit_db = admit_db
+        self._retries = retries
+        self._sink = sink
+        self.statements = 0
+        """Request statements sent (claims and admits, retries included)."""
+
+    async def claim(self, owner: str, limit: int, lease_ms: int) -> RequestClaims:
+        sql = query("request_claim")
+
+        async def fn(conn: Connection) -> list[Any]:
+            return list(await conn.fetch(sql, owner, limit, lease_ms))
+
+        self.statements += 1
+        rows = await self._claim_db.run(fn)
+        claims = [_claim_from_row(r) for r in rows if r["request_id"] is not None]
+        return RequestClaims(any_pending=bool(rows[0]["any_pending"]), claims=claims)
+
+    async def admit(self, chunk: RequestChunk) -> RequestOutcome:
+        """Admit one request's chunk (possibly empty: that releases the claim) under its
+        fence; retried on serialization failure while the lease has room."""
+        c = chunk.claim
+        ids = (c.request_id, c.project_id, c.trigger_id)
+        deadline = trio.current_time() + (c.fence.expires_at_ms - c.claimed_at_ms) / 1000
+        sql = query("request_admit")
+        args = (
+            c.request_id,
+            c.fence.owner,
+            c.fence.token,
+            c.fence.version,
+            c.cursor_ms,
+            c.trigger_revision,
+            c.trigger_digest,
+            c.task_revision,
+            c.execution_revision_id,
+            chunk.occurrences,
+            chunk.run_ids,
+            chunk.attempt_ids,
+            chunk.keys,
+            chunk.cursor_ms,
+            chunk.done,
+        )
+
+        async def fn(conn: Connection) -> Any:
+            return await conn.fetchrow(sql, *args)
+
+        attempt = 0
+        while True:
+            attempt += 1
+            self.statements += 1
+            try:
+                row = await self._admit_db.run(fn)
+            except Exception as exc:
+                kind, state = classify(exc), sqlstate(exc)
+                if (
+                    kind is ErrorKind.RETRYABLE
+                    and attempt <= self._retries
+                    and deadline - trio.current_time() > LEASE_MARGIN_S
+                ):
+                    await trio.sleep(random.uniform(0.001, 0.004) * attempt)
+                    continue
+                if kind is ErrorKind.CONNECTION:
+                    self._emit("request_commit_unknown", c, exception=type(exc).__name__)
+                    return RequestCommitUnknown(*ids, exception=type(exc).__name__)
+                self._emit("request_failed", c, exception=type(exc).__name__, sqlstate=state)
+                return RequestFailed(*ids, sqlstate=state, exception=type(exc).__name__)
+            assert row is not None
+            if not row["fenced"]:
+                return RequestFenceLost(*ids)
+            if row["refused_reason"] is not None:
+                return RequestRefused(*ids, reason=row["refused_reason"])
+            if not row["bound_ok"] or (not chunk.occurrences and not chunk.done):
+                return RequestWaiting(*ids)
+            inserted = int(row["inserted"])
+            return RequestAdmitted(
+                *ids,
+                admitted=inserted,
+                already_admitted=len(chunk.occurrences) - inserted,
+                done=row["state"] == "done",
+            )
+
+    def _emit(
+        self,
+        code: str,
+        c: RequestClaim,
+        *,
+        exception: str | None = None,
+        sqlstate: str | None = None,
+    ) -> None:
+        if self._sink is not None:
+            self._sink.emit(
+                Diagnostic(
+                    code=code,
+                    project_id=c.project_id,
+                    trigger_id=c.trigger_id,
+                    exception=exception,
+                    sqlstate=sqlstate,
+                )
+            )

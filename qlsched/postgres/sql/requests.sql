@@ -1,0 +1,229 @@
+-- name: request_target
+-- What a new request is checked against (admin, before recording it): the trigger's
+-- revision, enabled flag, cron and zone, its project's state, and the database time.
+-- $1 = project, $2 = trigger. No row: no such trigger.
+SELECT t.revision, t.enabled, t.cron, t.timezone, p.state AS project_state,
+       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+  FROM qlsched.triggers AS t
+  JOIN qlsched.projects AS p ON p.project_id = t.project_id
+ WHERE t.project_id = $1 AND t.trigger_id = $2;
+
+-- name: request_insert
+-- Record one request (admin). $1 project, $2 trigger, $3 trigger revision at request time,
+-- $4 kind, $5 note, $6 actor, $7 from_ms, $8 to_ms, $9 total, $10 max. The id, who
+-- (SESSION_USER) and when (database time) are the column defaults.
+INSERT INTO qlsched.control_requests (project_id, trigger_id, trigger_revision, kind, note,
+                                      actor, from_ms, to_ms, total, max_occurrences)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+RETURNING request_id, created_at_ms, requested_by;
+
+-- name: request_claim
+-- Claim up to $2 pending requests for owner $1, lease $3 ms: one statement in autocommit,
+-- so the lease commits at once (the schedule claim's rule). Walks the pending partial index
+-- only. Always one row more than it claims' worth of facts: the first columns say whether
+-- any request is pending at all (so a replica knows whether to look again next round);
+-- then each claimed request with its fence, its trigger's current spec and the cron cursor.
+WITH now AS MATERIALIZED (
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+chosen AS MATERIALIZED (
+    SELECT r.request_id
+      FROM qlsched.control_requests AS r
+     WHERE r.state = 'pending'
+       AND (r.claim_token IS NULL OR r.claim_expires_at_ms <= (SELECT ms FROM now))
+     ORDER BY r.created_at_ms, r.request_id
+     LIMIT $2
+       FOR UPDATE OF r SKIP LOCKED
+),
+claimed AS (
+    UPDATE qlsched.control_requests AS r
+       SET claim_owner = $1,
+           claim_token = pg_catalog.gen_random_uuid(),
+           claim_version = r.claim_version + 1,
+           claim_expires_at_ms = GREATEST(now.ms, r.updated_at_ms) + $3,
+           updated_at_ms = GREATEST(now.ms, r.updated_at_ms)
+      FROM chosen, now
+     WHERE r.request_id = chosen.request_id
+ RETURNING r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind,
+           r.created_at_ms, r.from_ms, r.to_ms, r.cursor_ms, r.claim_owner, r.claim_token,
+           r.claim_version, r.claim_expires_at_ms, r.updated_at_ms
+)
+SELECT now.ms AS now_ms,
+       EXISTS (SELECT 1 FROM qlsched.control_requests AS p WHERE p.state = 'pending')
+           AS any_pending,
+       c.request_id, c.project_id, c.trigger_id, c.trigger_revision, c.kind,
+       c.created_at_ms, c.from_ms, c.to_ms, c.cursor_ms, c.claim_owner, c.claim_token,
+       c.claim_version, c.claim_expires_at_ms, c.updated_at_ms AS claimed_at_ms,
+       t.revision AS current_revision, t.cron, t.timezone, t.content_digest,
+       t.task_revision, t.execution_revision_id, s.next_fire_at_ms AS schedule_cursor_ms
+  FROM now
+  LEFT JOIN claimed AS c ON true
+  LEFT JOIN qlsched.triggers AS t
+    ON t.project_id = c.project_id AND t.trigger_id = c.trigger_id
+  LEFT JOIN qlsched.trigger_schedules AS s
+    ON s.project_id = c.project_id AND s.trigger_id = c.trigger_id
+ ORDER BY c.created_at_ms, c.request_id;
+
+-- name: request_admit
+-- Admit one claimed request's chunk in one statement (one implicit SERIALIZABLE
+-- transaction): its Runs, Attempts and events, its counts and cursor, and its state.
+-- $1 request, $2 owner, $3 claim token, $4 claim version (with the expiry against the
+-- database clock: the fence), $5 the request cursor the chunk starts after (NULL: none),
+-- $6 trigger revision asked for, $7 trigger digest, $8 task revision, $9 execution
+-- revision id, $10..$13 the chunk (scheduled_for, run id, attempt id, key per occurrence),
+-- $14 the cursor after the chunk, $15 nothing of the range is left after it.
+-- Specs are verified as the schedule admit verifies them; a spec that fails refuses the
+-- request for good. A backfill occurrence must lie before the trigger's cron cursor (NULL:
+-- before now): cron never admits behind its cursor, so the two never race for one key. A
+-- key already taken is counted (already_admitted), never inserted twice. The claim is
+-- cleared in the same write: the next chunk is claimed again.
+WITH now AS MATERIALIZED (
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+draw AS MATERIALIZED (
+    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
+),
+req AS MATERIALIZED (
+    SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind
+      FROM qlsched.control_requests AS r
+     WHERE r.request_id = $1 AND r.state = 'pending'
+       AND r.claim_owner = $2 AND r.claim_token = $3 AND r.claim_version = $4
+       AND r.claim_expires_at_ms > (SELECT ms FROM now)
+       AND r.cursor_ms IS NOT DISTINCT FROM $5::bigint
+       FOR UPDATE OF r
+),
+spec AS MATERIALIZED (
+    SELECT t.task_id,
+           CASE
+             WHEN p.state IS DISTINCT FROM 'active' THEN 'project_archived'
+             WHEN NOT t.enabled THEN 'trigger_disabled'
+             WHEN t.revision IS DISTINCT FROM q.trigger_revision
+               OR t.revision IS DISTINCT FROM $6::bigint
+               OR t.content_digest IS DISTINCT FROM $7::text
+               OR t.task_revision IS DISTINCT FROM $8::bigint
+               OR t.execution_revision_id IS DISTINCT FROM $9::uuid
+               OR t.kind IS DISTINCT FROM 'cron'
+               OR k.revision IS DISTINCT FROM $8::bigint
+               OR e.execution_revision_id IS NULL
+               OR e.project_id <> q.project_id OR e.task_id <> t.task_id
+               OR e.task_revision <> $8::bigint
+               THEN 'revision_changed'
+             WHEN e.executor_kind <> 'remote_worker'
+               OR e.digest <> pg_catalog.encode(
+                      pg_catalog.sha256(pg_catalog.convert_to(e.payload, 'UTF8')), 'hex')
+               OR k.content_digest <> e.digest
+               THEN 'digest_invalid'
+           END AS failure
+      FROM req AS q
+      LEFT JOIN qlsched.projects AS p ON p.project_id = q.project_id
+      LEFT JOIN qlsched.triggers AS t
+        ON t.project_id = q.project_id AND t.trigger_id = q.trigger_id
+      LEFT JOIN qlsched.tasks AS k ON k.project_id = t.project_id AND k.task_id = t.task_id
+      LEFT JOIN qlsched.execution_revisions AS e ON e.execution_revision_id = $9::uuid
+),
+occ AS MATERIALIZED (
+    SELECT *
+      FROM ROWS FROM (pg_catalog.unnest($10::bigint[]), pg_catalog.unnest($11::uuid[]),
+                      pg_catalog.unnest($12::uuid[]), pg_catalog.unnest($13::text[]))
+           WITH ORDINALITY AS o(scheduled_for_ms, run_id, attempt_id, idempotency_key, ord)
+),
+bound AS MATERIALIZED (
+    SELECT q.kind = 'trigger'
+           OR NOT EXISTS (SELECT 1 FROM occ AS o
+                           WHERE o.scheduled_for_ms >= COALESCE(s.next_fire_at_ms, now.ms + 1))
+           AS ok
+      FROM req AS q
+     CROSS JOIN now
+      LEFT JOIN qlsched.trigger_schedules AS s
+        ON s.project_id = q.project_id AND s.trigger_id = q.trigger_id
+),
+go AS MATERIALIZED (
+    SELECT q.*, sp.task_id
+      FROM req AS q, spec AS sp, bound AS b
+     WHERE sp.failure IS NULL AND b.ok
+),
+run_rows AS (
+    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
+                              task_revision, execution_revision_id, scheduled_for_ms,
+                              idempotency_key, state, owner, queued_at_ms, cancel_requested,
+                              created_at_ms, admitted_by_owner, admitted_claim_token,
+                              admitted_claim_version)
+    SELECT o.run_id, g.project_id, g.trigger_id, g.trigger_revision, g.task_id, $8, $9,
+           o.scheduled_for_ms, o.idempotency_key, 'queued', 'runtime', now.ms, false, now.ms,
+           $2, $3, $4
+      FROM go AS g CROSS JOIN occ AS o CROSS JOIN now
+        ON CONFLICT (idempotency_key) DO NOTHING
+ RETURNING run_id
+),
+attempt_rows AS (
+    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
+                                  created_at_ms)
+    SELECT o.attempt_id, o.run_id, 1, 'remote_worker', 'claimed', now.ms
+      FROM run_rows AS n JOIN occ AS o ON o.run_id = n.run_id CROSS JOIN now
+),
+event_rows AS (
+    INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
+    SELECT pg_catalog.encode(overlay(draw.nonce PLACING
+               pg_catalog.int4send((2 * o.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
+           o.run_id, ev.seq, ev.type, now.ms, $2
+      FROM run_rows AS n
+      JOIN occ AS o ON o.run_id = n.run_id
+     CROSS JOIN draw
+     CROSS JOIN now
+     CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
+),
+counts AS MATERIALIZED (
+    SELECT (SELECT pg_catalog.count(*) FROM run_rows) AS inserted,
+           (SELECT pg_catalog.count(*) FROM occ) AS chunk,
+           EXISTS (SELECT 1 FROM go) AS went
+),
+settled AS (
+    UPDATE qlsched.control_requests AS r
+       SET cursor_ms = CASE WHEN c.went AND q.kind = 'backfill' THEN $14::bigint
+                            ELSE r.cursor_ms END,
+           admitted = r.admitted + c.inserted,
+           already_admitted = r.already_admitted
+               + CASE WHEN c.went THEN c.chunk - c.inserted ELSE 0 END,
+           state = CASE WHEN sp.failure IS NOT NULL THEN 'refused'
+                        WHEN c.went AND $15::boolean THEN 'done'
+                        ELSE 'pending' END,
+           refused_reason = sp.failure,
+           done_at_ms = CASE WHEN sp.failure IS NOT NULL OR (c.went AND $15::boolean)
+                             THEN now.ms END,
+           claim_owner = NULL,
+           claim_token = NULL,
+           claim_expires_at_ms = NULL,
+           updated_at_ms = GREATEST(now.ms, r.updated_at_ms)
+      FROM req AS q, spec AS sp, bound AS b, counts AS c, now
+     WHERE r.request_id = q.request_id
+       AND (sp.failure IS NOT NULL OR b.ok)
+ RETURNING r.state
+)
+SELECT (SELECT ms FROM now) AS now_ms,
+       EXISTS (SELECT 1 FROM req) AS fenced,
+       (SELECT sp.failure FROM spec AS sp) AS refused_reason,
+       (SELECT b.ok FROM bound AS b) AS bound_ok,
+       (SELECT c.inserted FROM counts AS c) AS inserted,
+       (SELECT c.went FROM counts AS c) AS went,
+       (SELECT s.state FROM settled AS s) AS state;
+
+-- name: status_requests
+-- The latest requests for `status` (pending ones first, then by time); $1 = how many.
+-- Two index walks: the pending partial index, and the recent ones backwards.
+(SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
+        r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
+        r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
+        r.claim_owner
+   FROM qlsched.control_requests AS r
+  WHERE r.state = 'pending'
+  ORDER BY r.created_at_ms, r.request_id
+  LIMIT $1)
+UNION
+(SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
+        r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
+        r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
+        r.claim_owner
+   FROM qlsched.control_requests AS r
+  ORDER BY r.created_at_ms DESC
+  LIMIT $1)
+ORDER BY created_at_ms DESC, request_id;
