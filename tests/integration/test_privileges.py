@@ -228,7 +228,7 @@ SECRET_COLUMNS = (
     ("execution_revisions", "payload"),
     ("attempts", "callback_token"),
 )
-RELATIONS = (*TABLES, "catalog_reference", "attempts_redacted")
+RELATIONS = (*TABLES, "catalog_reference", "attempts_redacted", "control_requests")
 # Of a task, what admit compares; the command is never the runtime's business.
 RUNTIME_TASK_COLUMNS = ("project_id", "task_id", "revision", "content_digest")
 
@@ -258,7 +258,7 @@ def _may_read(relation: str, column: str, role: str) -> bool:
             return column in RUNTIME_TASK_COLUMNS
         return relation not in ("run_events", "attempts_redacted")
     assert role == "qlsched_admin"
-    return relation in (*SPECS, "trigger_schedules")
+    return relation in (*SPECS, "trigger_schedules", "control_requests")
 
 
 def _readable(dsn: str, columns: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
