@@ -83,8 +83,7 @@ def test_runtime_settles_requests_but_never_inserts_rewrites_or_deletes_one(
     assert_allowed(
         rt,
         ANY_ROW.format(
-            set="state = 'done', done_at_ms = 1, admitted = 1, claim_version = 1,"
-            " updated_at_ms = 1"
+            set="state = 'done', done_at_ms = 1, admitted = 1, claim_version = 1, updated_at_ms = 1"
         ),
     )
 
