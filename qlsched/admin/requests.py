@@ -41,6 +41,8 @@ __all__ = [
     "Recorded",
     "RequestInputError",
     "backfill",
+    "check",
+    "check_range",
     "to_ms",
     "trigger_now",
 ]
@@ -61,7 +63,8 @@ def to_ms(instant: datetime | int) -> int:
     return int(instant.timestamp() * 1000)
 
 
-def _check(project_id: str, trigger_id: str, note: str | None, actor: str | None) -> None:
+def check(project_id: str, trigger_id: str, note: str | None, actor: str | None) -> None:
+    """Raise ``RequestInputError`` unless the ids, the note and the actor can be recorded."""
     for name, value in (("project", project_id), ("trigger", trigger_id)):
         if not _ID.match(value):
             raise RequestInputError(f"{name} id {value!r} does not match {ID_RULE}")
@@ -69,6 +72,14 @@ def _check(project_id: str, trigger_id: str, note: str | None, actor: str | None
         raise RequestInputError(f"note: at most {NOTE_MAX_CHARS} characters")
     if actor is not None and not 1 <= len(actor) <= ACTOR_MAX_CHARS:
         raise RequestInputError(f"actor: 1 to {ACTOR_MAX_CHARS} characters")
+
+
+def check_range(from_ms: int, to_ms: int, max_occurrences: int) -> None:
+    """Raise ``RequestInputError`` for a backwards range or a ``max`` out of bounds."""
+    if from_ms > to_ms:
+        raise RequestInputError("the range's start is after its end")
+    if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
+        raise RequestInputError(f"max: must be 1 to {BACKFILL_MAX_HARD_CAP:,}")
 
 
 async def trigger_now(
@@ -86,7 +97,7 @@ async def trigger_now(
         WrongRole: the DSN does not log in as ``qlsched_admin``.
         DatabaseUnavailable: the database could not be reached.
     """
-    _check(project_id, trigger_id, note, actor)
+    check(project_id, trigger_id, note, actor)
 
     async def fn(conn: Connection) -> RecordResult:
         require(await read_login(conn, ADMIN), command="trigger", role=ADMIN)
@@ -116,12 +127,9 @@ async def backfill(
         WrongRole: the DSN does not log in as ``qlsched_admin``.
         DatabaseUnavailable: the database could not be reached.
     """
-    _check(project_id, trigger_id, note, actor)
+    check(project_id, trigger_id, note, actor)
     from_ms, until_ms = to_ms(start), to_ms(end)
-    if from_ms > until_ms:
-        raise RequestInputError("the range's start is after its end")
-    if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
-        raise RequestInputError(f"max: must be 1 to {BACKFILL_MAX_HARD_CAP:,}")
+    check_range(from_ms, until_ms, max_occurrences)
 
     async def fn(conn: Connection) -> RecordResult:
         require(await read_login(conn, ADMIN), command="backfill", role=ADMIN)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from qlsched.admin.requests import RequestInputError
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
-from qlsched.core.config import load_config
+from qlsched.settings import load_config
 from qlsched.core.requests import NotRecorded, RecordResult
 
 
@@ -45,13 +45,15 @@ def iso(ms: int) -> str:
 def record(
     command: str,
     args: argparse.Namespace,
-    call: Callable[[str], Awaitable[RecordResult]],
+    prepare: Callable[[], Callable[[str], Awaitable[RecordResult]]],
     describe: Callable[[RecordResult], str],
 ) -> int:
-    """Resolve the admin DSN, record, print; exit codes as the module says."""
+    """Check the arguments (``prepare``, before anything connects or starts), resolve the
+    admin DSN, record, print; exit codes as the module says."""
     outcome: list[NotRecorded] = []
 
     async def body() -> int:
+        call = prepare()
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )

@@ -10,8 +10,9 @@ never repeated; ``qlsched status`` shows the progress.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 
-from qlsched.admin.requests import backfill
+from qlsched.admin.requests import backfill, check, check_range
 from qlsched.commands._requests import iso, iso_ms, record, target
 from qlsched.core.requests import Recorded, RecordResult
 
@@ -26,19 +27,25 @@ def main(args: argparse.Namespace) -> int:
             " (qlsched status shows the progress)"
         )
 
-    async def call(dsn: str) -> RecordResult:
+    def prepare() -> Callable[[str], Awaitable[RecordResult]]:
         project, trigger = target(args.target)
+        check(project, trigger, args.note, args.actor)
         args.from_ms = iso_ms("--from", args.start)
         args.to_ms = iso_ms("--to", args.end)
-        return await backfill(
-            dsn,
-            project,
-            trigger,
-            start=args.from_ms,
-            end=args.to_ms,
-            max_occurrences=args.max,
-            note=args.note,
-            actor=args.actor,
-        )
+        check_range(args.from_ms, args.to_ms, args.max)
 
-    return record("backfill", args, call, describe)
+        async def call(dsn: str) -> RecordResult:
+            return await backfill(
+                dsn,
+                project,
+                trigger,
+                start=args.from_ms,
+                end=args.to_ms,
+                max_occurrences=args.max,
+                note=args.note,
+                actor=args.actor,
+            )
+
+        return call
+
+    return record("backfill", args, prepare, describe)

@@ -26,7 +26,7 @@ from qlsched.core.control import ScheduleAction
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.status import StatusReport, read_status
+from qlsched.postgres.status import StatusReport, StatusRequest, read_status
 from qlsched.settings import load_config
 
 
@@ -124,6 +124,20 @@ def _backlog(report: StatusReport) -> str:
     return f"{report.due_backlog}+ (counted up to {report.due_backlog_limit})"
 
 
+def _request_line(q: StatusRequest) -> str:
+    """One request: what was asked, by whom, and how far it got."""
+    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {q.state}"
+    if q.refused_reason is not None:
+        line += f" ({q.refused_reason})"
+    if q.kind == "backfill":
+        line += (
+            f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
+            f" {q.already_admitted}) {_iso_s(q.from_ms)}..{_iso_s(q.to_ms)}"
+        )
+    line += f" by {q.actor or q.requested_by} at {_iso(q.created_at_ms)}"
+    return line + (f" note {q.note!r}" if q.note else "")
+
+
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
     out = file if file is not None else sys.stdout
@@ -158,6 +172,8 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             style="bold red" if terminal else None,
             markup=False,
         )
+    for q in report.requests:
+        console.print(_request_line(q), markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"

@@ -8,8 +8,9 @@ disabled or archived trigger is refused at once (exit 1).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 
-from qlsched.admin.requests import trigger_now
+from qlsched.admin.requests import check, trigger_now
 from qlsched.commands._requests import iso, record, target
 from qlsched.core.requests import Recorded, RecordResult
 
@@ -23,8 +24,13 @@ def main(args: argparse.Namespace) -> int:
             " a replica admits it (qlsched status shows it)"
         )
 
-    async def call(dsn: str) -> RecordResult:
+    def prepare() -> Callable[[str], Awaitable[RecordResult]]:
         project, trigger = target(args.target)
-        return await trigger_now(dsn, project, trigger, note=args.note, actor=args.actor)
+        check(project, trigger, args.note, args.actor)
 
-    return record("trigger", args, call, describe)
+        async def call(dsn: str) -> RecordResult:
+            return await trigger_now(dsn, project, trigger, note=args.note, actor=args.actor)
+
+        return call
+
+    return record("trigger", args, prepare, describe)

@@ -7,6 +7,8 @@ schedule row), and every lag or lease left is computed against it. Every read is
 
 from __future__ import annotations
 
+import uuid
+
 import msgspec
 
 from qlsched.core.store import DUE_BACKLOG_LIMIT, ScheduleRow
@@ -26,6 +28,35 @@ class RecentRun(msgspec.Struct, frozen=True):
     admitted_by_owner: str
 
 
+class StatusRequest(msgspec.Struct, frozen=True):
+    """One trigger-now or backfill request and its progress (``done`` of ``total``)."""
+
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    kind: str
+    note: str | None
+    actor: str | None
+    requested_by: str
+    created_at_ms: int
+    state: str
+    refused_reason: str | None
+    done_at_ms: int | None
+    from_ms: int | None
+    to_ms: int | None
+    total: int | None
+    cursor_ms: int | None
+    admitted: int
+    already_admitted: int
+    """Occurrences whose key already had a Run (cron admitted them, or an earlier request)."""
+    claim_owner: str | None
+
+    @property
+    def done(self) -> int:
+        return self.admitted + self.already_admitted
+
+
 class StatusReport(msgspec.Struct, frozen=True):
     now_ms: int
     due_backlog: int
@@ -37,6 +68,8 @@ class StatusReport(msgspec.Struct, frozen=True):
     rows an admit meets (``observe.refused_due_triggers``; ``qlsched check`` reads all)."""
     due_backlog_capped: bool = False
     due_backlog_limit: int = DUE_BACKLOG_LIMIT
+    requests: list[StatusRequest] = msgspec.field(default_factory=list)
+    """The latest trigger-now and backfill requests, pending ones first."""
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
@@ -46,6 +79,7 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
     backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
     refused = await observe.refused_due_triggers(conn, limit=limit)
+    requests = [StatusRequest(**dict(r)) for r in await conn.fetch(query("status_requests"), runs)]
     return StatusReport(
         now_ms=now_ms,
         due_backlog=backlog.rows,
@@ -54,4 +88,5 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         refused=refused,
         due_backlog_capped=backlog.capped,
         due_backlog_limit=backlog.limit,
+        requests=requests,
     )
