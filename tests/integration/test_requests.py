@@ -23,7 +23,9 @@ from qlsched.core.requests import (
     NotRecorded,
     Recorded,
     RecordResult,
+    RequestAdmitted,
     RequestFenceLost,
+    RequestWaiting,
 )
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.requests import (
@@ -87,6 +89,15 @@ async def _request(env: Env, request_id: uuid.UUID) -> dict[str, Any]:
 async def _keys(env: Env) -> list[str]:
     rows = await env.su("SELECT idempotency_key FROM qlsched.runs ORDER BY scheduled_for_ms")
     return [r[0] for r in rows]
+
+
+async def _expire(env: Env) -> None:
+    """Move every request claim's expiry just into the database's past."""
+    await env.su_exec(
+        "UPDATE qlsched.control_requests SET claim_expires_at_ms ="
+        " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - 1"
+        " WHERE claim_token IS NOT NULL"
+    )
 
 
 def _file(cron: str = YEARLY, **kwargs: Any) -> PublishFile:
@@ -188,28 +199,32 @@ async def test_a_republish_before_admission_refuses_the_request(pg_db: TestDatab
 
 async def test_a_stale_replica_cannot_admit_after_a_takeover(pg_db: TestDatabase) -> None:
     """Rule: a request claim taken over after its lease expired fences the old holder out:
-    the new holder admits the one Run, the old one's admit (sent late) is refused
-    (request_fence_lost) and admits nothing."""
+    its admit, sent while the new holder holds the claim, is refused (request_fence_lost)
+    and admits nothing; the new holder admits the one Run; sent again after that, the old
+    admit is still refused."""
     async with open_env(pg_db) as env:
         await env.publish(_file())
         recorded = await _trigger_now(env)
         assert isinstance(recorded, Recorded)
-        claim_db, admit_db = await env.open_pools()
-        old_store = PostgresRequestStore(claim_db, admit_db)
-        old = await old_store.claim("old", 16, 30_000)
-        [held] = old.claims
-        await env.su_exec(
-            "UPDATE qlsched.control_requests SET claim_expires_at_ms ="
-            " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - 1"
-        )
-        new = await _pass(env, owner="new")
-        assert (await new.run()).admitted == 1
-        late_pass = RequestsPass(
-            old_store, _config("old"), MemorySink(), Metrics(), budget=16, poll_s=0.0
-        )
-        chunk = late_pass._chunk(held)
-        assert chunk is not None
-        assert isinstance(await old_store.admit(chunk), RequestFenceLost)
+        stores = []
+        for _ in range(2):
+            claim_db, admit_db = await env.open_pools()
+            stores.append(PostgresRequestStore(claim_db, admit_db))
+        old_store, new_store = stores
+        [held] = (await old_store.claim("old", 16, 30_000)).claims
+        await _expire(env)
+        [taken] = (await new_store.claim("new", 16, 30_000)).claims
+        assert taken.fence.version == held.fence.version + 1
+        maker = RequestsPass(old_store, _config("old"), MemorySink(), Metrics(), budget=16)
+        late, fresh = maker._chunk(held), maker._chunk(taken)
+        assert late is not None
+        assert fresh is not None
+        assert isinstance(await old_store.admit(late), RequestFenceLost)
+        assert await _keys(env) == []
+        admitted = await new_store.admit(fresh)
+        assert isinstance(admitted, RequestAdmitted)
+        assert admitted.admitted == 1
+        assert isinstance(await old_store.admit(late), RequestFenceLost)
         runs = await env.su("SELECT admitted_by_owner, admitted_claim_version FROM qlsched.runs")
         assert [(r[0], r[1]) for r in runs] == [("new", held.fence.version + 1)]
 
@@ -309,6 +324,20 @@ async def test_backfill_stops_at_the_cron_cursor_and_goes_on_once_cron_passed(
             start + 3 * MINUTE_MS,
             None,
         )
+        # The database re-checks: a chunk reaching the cursor (a replica with a stale or
+        # wrong idea of it) admits nothing and leaves the request where it was.
+        claim_db, admit_db = await env.open_pools()
+        store = PostgresRequestStore(claim_db, admit_db)
+        [claim] = (await store.claim("r2", 16, 30_000)).claims
+        beyond = msgspec.structs.replace(claim, schedule_cursor_ms=start + 9 * MINUTE_MS)
+        chunk = RequestsPass(store, _config("r2"), MemorySink(), Metrics(), budget=16)._chunk(
+            beyond
+        )
+        assert chunk is not None
+        assert chunk.occurrences[-1] == start + 7 * MINUTE_MS
+        assert isinstance(await store.admit(chunk), RequestWaiting)
+        assert len(await _keys(env)) == 4
+        await _expire(env)
         await env.set_cursor("p", "t0000", start + 8 * MINUTE_MS)
         assert (await rp.run()).admitted == 4
         assert (await _request(env, recorded.request_id))["state"] == "done"
