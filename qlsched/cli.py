@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in ("trigger", "backfill"):
         p = subs[name]
-        p.add_argument("target", metavar="P/T", help="the trigger, as PROJECT/TRIGGER")
+        p.add_argument("trigger", metavar="P/T", help="PROJECT/TRIGGER")
         if name == "backfill":
             p.add_argument("--from", dest="start", required=True, help="ISO 8601 (UTC if bare)")
             p.add_argument("--to", dest="end", required=True, help="ISO 8601 (UTC if bare)")
@@ -142,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                 default=10_000,
                 help="refuse a range of more occurrences (default 10000, at most 1000000)",
             )
-        p.add_argument("--note", help="why (kept with the request)")
-        p.add_argument("--actor", help="who, beside the database role (kept with the request)")
+        p.add_argument("--note", help="why (kept with the request and shown by status)")
+        p.add_argument("--actor", help="who, recorded beside the database role")
         _add_database_options(p, role="admin")
 
     p = subs["run"]

@@ -8,6 +8,8 @@ for plain scripts::
     sync.publish(ADMIN_DSN, projects=[ProjectEntry(id="billing")], tasks=[...], triggers=[...])
     sync.pause(ADMIN_DSN, "billing/nightly", note="migrating the ledger", actor="alice")
     sync.resume(ADMIN_DSN, "billing/nightly", catch_up="fire_once")
+    sync.trigger_now(ADMIN_DSN, "billing/nightly", note="rerun after the fix")
+    sync.backfill(ADMIN_DSN, "billing/nightly", start=datetime(2026, 3, 1), end=datetime.now())
 
 Entries are the Structs a publish file decodes to, validated the same way. Every call opens
 one connection and closes it; see ``qlsched.admin.schedules`` for the errors. Each control
@@ -17,6 +19,7 @@ lives in a module of its own, re-exported here.
 from __future__ import annotations
 
 from qlsched.admin import sync
+from qlsched.admin.requests import backfill, trigger_now
 from qlsched.admin.schedules import list_schedules, pause, publish, resume, validated
 from qlsched.core.control import (
     AlreadyPaused,
@@ -33,6 +36,7 @@ from qlsched.core.control import (
 )
 from qlsched.core.pause import CatchUp
 from qlsched.core.publish_result import PublishResult
+from qlsched.core.requests import NotRecorded, Recorded
 from qlsched.core.specs import ProjectEntry, SpecError, TaskEntry, TriggerEntry
 
 __all__ = [
@@ -40,10 +44,12 @@ __all__ = [
     "CatchUp",
     "ControlError",
     "NotPaused",
+    "NotRecorded",
     "PauseOutcome",
     "Paused",
     "ProjectEntry",
     "PublishResult",
+    "Recorded",
     "ResumeOutcome",
     "Resumed",
     "ScheduleAction",
@@ -53,10 +59,12 @@ __all__ = [
     "TriggerEntry",
     "TriggerRef",
     "UnknownTrigger",
+    "backfill",
     "list_schedules",
     "pause",
     "publish",
     "resume",
     "sync",
+    "trigger_now",
     "validated",
 ]

@@ -8,11 +8,12 @@ functions instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from functools import partial
 
 import trio
 
-from qlsched.admin import schedules
+from qlsched.admin import requests, schedules
 from qlsched.core.control import (
     RECENT_ACTIONS,
     PauseOutcome,
@@ -22,6 +23,7 @@ from qlsched.core.control import (
 )
 from qlsched.core.pause import CatchUp
 from qlsched.core.publish_result import PublishResult
+from qlsched.core.requests import BACKFILL_MAX_DEFAULT, RecordResult
 from qlsched.core.specs import ProjectEntry, TaskEntry, TriggerEntry
 
 
@@ -66,5 +68,37 @@ def list_schedules(
     return trio.run(
         partial(
             schedules.list_schedules, dsn, limit=limit, after=after, recent_actions=recent_actions
+        )
+    )
+
+
+def trigger_now(
+    dsn: str, trigger: str | TriggerRef, *, note: str | None = None, actor: str | None = None
+) -> RecordResult:
+    """``qlsched.admin.trigger_now``, blocking."""
+    return trio.run(partial(requests.trigger_now, dsn, trigger, note=note, actor=actor))
+
+
+def backfill(
+    dsn: str,
+    trigger: str | TriggerRef,
+    *,
+    start: datetime | int,
+    end: datetime | int,
+    max_occurrences: int = BACKFILL_MAX_DEFAULT,
+    note: str | None = None,
+    actor: str | None = None,
+) -> RecordResult:
+    """``qlsched.admin.backfill``, blocking."""
+    return trio.run(
+        partial(
+            requests.backfill,
+            dsn,
+            trigger,
+            start=start,
+            end=end,
+            max_occurrences=max_occurrences,
+            note=note,
+            actor=actor,
         )
     )

@@ -1,30 +1,23 @@
-"""What ``qlsched trigger`` and ``qlsched backfill`` share: the target, the DSN, the answer.
+"""What ``qlsched trigger`` and ``qlsched backfill`` share: the arguments, the DSN, the answer.
 
 Both record a request with the admin role (the local database's when no DSN is given, as
-``publish`` does), print one line and exit 0; a request refused at once prints the reason
-on stderr and exits 1 (the trigger's state refuses it) or 2 (the request must change).
+``publish`` and ``pause`` do), print one line and exit 0. Bad input (a malformed ``P/T``,
+note or range, an unknown trigger) is one line on stderr and exit 2, checked before
+anything connects where it can be; a request refused at once prints the reason and exits 1
+(the trigger's state refuses it) or 2 (the request must change: too many occurrences, a
+range past now).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from qlsched.admin.requests import RequestInputError
 from qlsched.commands._common import fail, run_command
-from qlsched.commands._local import local_dsn
-from qlsched.settings import load_config
+from qlsched.commands._control import admin_dsn
+from qlsched.core.control import ControlError
 from qlsched.core.requests import NotRecorded, RecordResult
-
-
-def target(text: str) -> tuple[str, str]:
-    """``PROJECT/TRIGGER`` as its two ids."""
-    project, sep, trigger = text.partition("/")
-    if not sep or not project or not trigger:
-        raise RequestInputError(f"{text!r}: name the trigger as PROJECT/TRIGGER")
-    return project, trigger
 
 
 def iso_ms(flag: str, text: str) -> int:
@@ -32,7 +25,7 @@ def iso_ms(flag: str, text: str) -> int:
     try:
         instant = datetime.fromisoformat(text)
     except ValueError:
-        raise RequestInputError(f"{flag}: {text!r} is not an ISO 8601 date or date-time") from None
+        raise ControlError(f"{flag}: {text!r} is not an ISO 8601 date or date-time") from None
     if instant.tzinfo is None:
         instant = instant.replace(tzinfo=UTC)
     return int(instant.timestamp() * 1000)
@@ -54,11 +47,7 @@ def record(
 
     async def body() -> int:
         call = prepare()
-        config = load_config(
-            file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
-        )
-        dsn = config.dsn or await local_dsn(command, args.data_dir, args.pg_bindir, "qlsched_admin")
-        result = await call(dsn)
+        result = await call(await admin_dsn(command, args))
         if isinstance(result, NotRecorded):
             outcome.append(result)
             return 2 if result.bad_input else 1

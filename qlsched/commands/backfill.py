@@ -12,35 +12,35 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable, Callable
 
-from qlsched.admin.requests import backfill, check, check_range
-from qlsched.commands._requests import iso, iso_ms, record, target
+from qlsched.admin.requests import backfill, check_range
+from qlsched.commands._requests import iso, iso_ms, record
+from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
 
 
 def main(args: argparse.Namespace) -> int:
+    span: list[int] = []
+
     def describe(result: RecordResult) -> str:
         assert isinstance(result, Recorded)
         return (
             f"backfill {result.project_id}/{result.trigger_id}: request {result.request_id}"
-            f" recorded for {result.total:,} occurrences from {iso(args.from_ms)} to"
-            f" {iso(args.to_ms)} (revision {result.trigger_revision}); replicas admit them"
-            " (qlsched status shows the progress)"
+            f" recorded for {result.total:,} occurrences from {iso(span[0])} to {iso(span[1])}"
+            f" (revision {result.trigger_revision}); replicas admit them (qlsched status"
+            " shows the progress)"
         )
 
     def prepare() -> Callable[[str], Awaitable[RecordResult]]:
-        project, trigger = target(args.target)
-        check(project, trigger, args.note, args.actor)
-        args.from_ms = iso_ms("--from", args.start)
-        args.to_ms = iso_ms("--to", args.end)
-        check_range(args.from_ms, args.to_ms, args.max)
+        ref = trigger_ref(args.trigger)
+        span.extend((iso_ms("--from", args.start), iso_ms("--to", args.end)))
+        check_range(span[0], span[1], args.max)
 
         async def call(dsn: str) -> RecordResult:
             return await backfill(
                 dsn,
-                project,
-                trigger,
-                start=args.from_ms,
-                end=args.to_ms,
+                ref,
+                start=span[0],
+                end=span[1],
                 max_occurrences=args.max,
                 note=args.note,
                 actor=args.actor,

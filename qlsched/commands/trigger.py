@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable, Callable
 
-from qlsched.admin.requests import check, trigger_now
-from qlsched.commands._requests import iso, record, target
+from qlsched.admin.requests import trigger_now
+from qlsched.commands._requests import iso, record
+from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
 
 
@@ -25,11 +26,10 @@ def main(args: argparse.Namespace) -> int:
         )
 
     def prepare() -> Callable[[str], Awaitable[RecordResult]]:
-        project, trigger = target(args.target)
-        check(project, trigger, args.note, args.actor)
+        ref = trigger_ref(args.trigger)
 
         async def call(dsn: str) -> RecordResult:
-            return await trigger_now(dsn, project, trigger, note=args.note, actor=args.actor)
+            return await trigger_now(dsn, ref, note=args.note, actor=args.actor)
 
         return call
 

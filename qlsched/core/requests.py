@@ -27,8 +27,6 @@ BACKFILL_MAX_DEFAULT: Final = 10_000
 """Occurrences a backfill may hold unless ``--max`` says otherwise."""
 BACKFILL_MAX_HARD_CAP: Final = 1_000_000
 """No ``--max`` may exceed this."""
-NOTE_MAX_CHARS: Final = 1000
-ACTOR_MAX_CHARS: Final = 200
 
 RequestKind = Literal["trigger", "backfill"]
 RefusedReason = Literal[

@@ -4,8 +4,10 @@ Recording (admin role, one transaction): the trigger is read once (revision, ena
 zone, its project's state, the database time); a request for a missing, disabled or archived
 trigger, a backfill range past the database's now or holding more occurrences than its
 ``max`` is refused before anything is written. Otherwise one row is inserted, pending, for
-the revision read; the id, the role and the time are the database's (column defaults the
-admin's INSERT grant leaves out).
+the revision read, with its audit row in ``schedule_actions`` (kind ``trigger`` or
+``backfill``, occurrences 1 or the range's count, the request id in ``detail``); the id,
+the role and the time are the database's (column defaults the admin's INSERT grant leaves
+out).
 
 Admission (runtime role) follows the schedule rows' rules: ``claim`` is one statement in
 autocommit on the READ COMMITTED pool (the lease commits at once, ``SKIP LOCKED``); ``admit``
@@ -25,6 +27,7 @@ from typing import Any, Final
 
 import trio
 
+from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.fence import ClaimFence
@@ -46,6 +49,7 @@ from qlsched.core.requests import (
     RequestWaiting,
     backfill_count,
 )
+from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
@@ -100,6 +104,19 @@ async def _record(
             max_occurrences,
         )
         assert inserted is not None
+        detail: dict[str, Any] = {"request_id": str(inserted["request_id"])}
+        if span is not None:
+            detail.update(from_ms=span[0], to_ms=span[1])
+        await record_action(
+            conn,
+            TriggerRef(project_id, trigger_id),
+            revision=row["revision"],
+            kind=kind,
+            note=note,
+            actor=actor,
+            occurrences=1 if total is None else total,
+            detail=detail,
+        )
         return Recorded(
             request_id=inserted["request_id"],
             project_id=project_id,

@@ -13,7 +13,7 @@ CREATE TABLE qlsched.control_requests (
     trigger_id          text NOT NULL,
     trigger_revision    bigint NOT NULL CHECK (trigger_revision >= 1),
     kind                text NOT NULL CHECK (kind IN ('trigger', 'backfill')),
-    note                text CHECK (pg_catalog.length(note) <= 1000),
+    note                text CHECK (pg_catalog.length(note) BETWEEN 1 AND 1000),
     actor               text CHECK (pg_catalog.length(actor) BETWEEN 1 AND 200),
     requested_by        text NOT NULL DEFAULT SESSION_USER,
     created_at_ms       bigint NOT NULL

@@ -148,6 +148,16 @@ async def test_trigger_now_admits_one_run_under_its_manual_key_and_leaves_the_cu
         again = await rp.run()
         assert (again.claimed, again.admitted) == (0, 0)
         assert len(await _keys(env)) == 1
+        [action] = await env.su("SELECT * FROM qlsched.schedule_actions")
+        assert (
+            action["kind"],
+            action["actor"],
+            action["actor_label"],
+            action["note"],
+            action["occurrences"],
+            action["trigger_revision"],
+        ) == ("trigger", "qlsched_admin", "ops", "why", 1, recorded.trigger_revision)
+        assert msgspec.json.decode(action["detail"])["request_id"] == str(recorded.request_id)
 
 
 async def test_a_request_for_a_disabled_archived_or_missing_trigger_is_refused_at_once(
@@ -174,6 +184,7 @@ async def test_a_request_for_a_disabled_archived_or_missing_trigger_is_refused_a
         assert isinstance(back, NotRecorded)
         assert back.reason == "project_archived"
         assert await env.su_val("SELECT count(*) FROM qlsched.control_requests") == 0
+        assert await env.su_val("SELECT count(*) FROM qlsched.schedule_actions") == 0
 
 
 async def test_a_republish_before_admission_refuses_the_request(pg_db: TestDatabase) -> None:
@@ -246,6 +257,17 @@ async def test_backfill_admits_in_chunks_of_the_budget_with_a_durable_cursor(
         recorded = await _backfill(env, start, end)
         assert isinstance(recorded, Recorded)
         assert recorded.total == 40
+        [action] = await env.su("SELECT kind, occurrences, detail FROM qlsched.schedule_actions")
+        assert (action["kind"], action["occurrences"]) == ("backfill", 40)
+        assert msgspec.json.decode(action["detail"]) == {
+            "request_id": str(recorded.request_id),
+            "from_ms": start,
+            "to_ms": end,
+        }
+        totals = await env.su(
+            "SELECT kind, actions, occurrences FROM qlsched.schedule_action_totals"
+        )
+        assert [tuple(t) for t in totals] == [("backfill", 1, 40)]
         rp = await _pass(env, budget=16)
         seen = []
         for _ in range(4):
