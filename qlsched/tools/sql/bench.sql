@@ -10,7 +10,8 @@
 -- Empty every qlsched table (one statement: TRUNCATE takes the foreign keys in one go).
 -- Roles, grants and the migration ledger stay.
 TRUNCATE qlsched.recovery_marks, qlsched.run_events, qlsched.attempts, qlsched.runs,
-         qlsched.control_requests, qlsched.trigger_schedules, qlsched.triggers, qlsched.execution_revisions,
+         qlsched.control_requests, qlsched.schedule_actions, qlsched.schedule_action_totals,
+         qlsched.trigger_schedules, qlsched.triggers, qlsched.execution_revisions,
          qlsched.tasks, qlsched.projects;
 
 -- name: bench_truncate_schedules
