@@ -162,7 +162,7 @@ class RequestsPass:
 
     async def _admit_one(self, claim: RequestClaim) -> RequestOutcome | None:
         try:
-            chunk = self._chunk(claim)
+            chunk = self.chunk_for(claim)
             if chunk is None:
                 return None
             outcome = await self._store.admit(chunk)
@@ -181,7 +181,7 @@ class RequestsPass:
         self._count(outcome)
         return outcome
 
-    def _chunk(self, claim: RequestClaim) -> RequestChunk | None:
+    def chunk_for(self, claim: RequestClaim) -> RequestChunk | None:
         """The occurrences to admit for ``claim``; None: its spec cannot be used (left to
         expire, reported). A claim of another revision sends an empty chunk: the database
         refuses the request."""

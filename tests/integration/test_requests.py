@@ -227,7 +227,7 @@ async def test_a_stale_replica_cannot_admit_after_a_takeover(pg_db: TestDatabase
         [taken] = (await new_store.claim("new", 16, 30_000)).claims
         assert taken.fence.version == held.fence.version + 1
         maker = RequestsPass(old_store, _config("old"), MemorySink(), Metrics(), budget=16)
-        late, fresh = maker._chunk(held), maker._chunk(taken)
+        late, fresh = maker.chunk_for(held), maker.chunk_for(taken)
         assert late is not None
         assert fresh is not None
         assert isinstance(await old_store.admit(late), RequestFenceLost)
@@ -352,7 +352,7 @@ async def test_backfill_stops_at_the_cron_cursor_and_goes_on_once_cron_passed(
         store = PostgresRequestStore(claim_db, admit_db)
         [claim] = (await store.claim("r2", 16, 30_000)).claims
         beyond = msgspec.structs.replace(claim, schedule_cursor_ms=start + 9 * MINUTE_MS)
-        chunk = RequestsPass(store, _config("r2"), MemorySink(), Metrics(), budget=16)._chunk(
+        chunk = RequestsPass(store, _config("r2"), MemorySink(), Metrics(), budget=16).chunk_for(
             beyond
         )
         assert chunk is not None

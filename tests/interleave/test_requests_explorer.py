@@ -102,7 +102,7 @@ class RequestReplica:
     async def admit(self) -> None:
         maker = self.maker()
         for c in self.claims:
-            chunk: RequestChunk | None = maker._chunk(c)
+            chunk: RequestChunk | None = maker.chunk_for(c)
             assert chunk is not None
             self.outcomes.append(await self.store.admit(chunk))
 
