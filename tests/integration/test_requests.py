@@ -17,7 +17,6 @@ import pytest
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key, manual_key
 from qlsched.core.requests import (
     NotRecorded,
@@ -42,6 +41,7 @@ from tests.integration.adapter_support import (
     run_round,
     trigger,
 )
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration

@@ -35,7 +35,6 @@ import trio_asyncio
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key, manual_key
 from qlsched.core.requests import Recorded, RequestChunk, RequestClaim
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
@@ -46,6 +45,7 @@ from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
 from tests.integration.adapter_support import decision_for
 from tests.interleave.engine import Engine, Session, Step, count_orderings, orderings
 from tests.interleave.world import Publisher, Raw, Replica, World
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 pytestmark = pytest.mark.integration
