@@ -212,8 +212,8 @@ class Coordinator:
                 return
             decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
             match decision:
-                case Initialize(next_ms=next_ms):
-                    outcome = await self._store.initialize(claim, next_ms)
+                case Initialize():
+                    outcome = await self._store.initialize(claim, decision)
                 case NotDue():
                     tally.not_due += 1
                     outcome = await self._store.release(claim)

@@ -1,7 +1,8 @@
 """The port the coordinator drives: claim, admit, initialize, skip, release.
 
-Implemented by the PostgreSQL adapter (``qlsched.postgres.store``) and by an in-memory store
-used only for Trio MockClock lifecycle tests; both pass one conformance suite. Every method
+Implemented by the PostgreSQL adapter (``qlsched.postgres.store``), the Edge store
+(``qlsched.sqlite.store``) and an in-memory store used only by the tests; all pass one
+conformance suite. Every method
 returns typed outcomes; none raises for a lost race, a stale fence or a changed revision.
 """
 
@@ -14,10 +15,13 @@ import msgspec
 
 from qlsched.core.control import ActionTotal, ScheduleAction
 from qlsched.core.fence import Claim, FireRequest
-from qlsched.core.outcomes import Outcome, Skip
+from qlsched.core.outcomes import Initialize, Outcome, Skip
 
 
 class ScheduleStore(Protocol):
+    """The writes a round makes. Each takes the claim it writes under, then the decision it
+    carries out (``release`` carries none: it keeps the cursor as the claim found it)."""
+
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
         """Claim up to ``limit`` due or uninitialised rows, each under a fresh fence."""
         ...
@@ -26,7 +30,7 @@ class ScheduleStore(Protocol):
         """Admit a round's Fires together; one outcome per request, in request order."""
         ...
 
-    async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
+    async def initialize(self, claim: Claim, decision: Initialize) -> Outcome:
         """Set the cursor of an uninitialised revision and clear the claim, under its fence."""
         ...
 

@@ -353,8 +353,8 @@ class SqliteStore:
         """Admit a round's Fires together; one outcome per request, in request order."""
         return await self.commit(fires)
 
-    async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
-        [outcome] = await self.commit((), [(claim, Initialize(next_ms=next_ms))])
+    async def initialize(self, claim: Claim, decision: Initialize) -> Outcome:
+        [outcome] = await self.commit((), [(claim, decision)])
         return outcome
 
     async def skip(self, claim: Claim, decision: Skip) -> Outcome:

@@ -1,8 +1,9 @@
 """The conformance harness over the PostgreSQL adapter, on a fresh database per test.
 
 Triggers are published through the real publisher as the admin role; the store runs as the
-runtime role over its two pools (claims READ COMMITTED, admits SERIALIZABLE). Only the
-test-side moves (cursor, claim expiry) use the superuser, since no role may make them.
+runtime role over its two pools (claims READ COMMITTED, admits SERIALIZABLE); the reader
+is the HTTP one's, over the claim pool. Only the test-side moves (cursor, claim expiry) use
+the superuser, since no role may make them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
+from qlsched.postgres.reader import PostgresReader
 from qlsched.postgres.store import PostgresStore
 from tests.conformance.harness import RunRow, ScheduleRow
 from tests.support.pg import TestDatabase
@@ -24,9 +26,10 @@ from tests.support.pg import TestDatabase
 class PgHarness:
     leases = True
 
-    def __init__(self, db: TestDatabase, store: PostgresStore) -> None:
+    def __init__(self, db: TestDatabase, store: PostgresStore, reader: PostgresReader) -> None:
         self.db = db
         self._store = store
+        self._reader = reader
         self._triggers: dict[tuple[str, str], TriggerEntry] = {}
 
     @property
@@ -34,8 +37,8 @@ class PgHarness:
         return self._store
 
     @property
-    def reader(self) -> PostgresStore:
-        return self._store
+    def reader(self) -> PostgresReader:
+        return self._reader
 
     async def _publish(self) -> None:
         projects = sorted({p for p, _ in self._triggers})
@@ -146,4 +149,4 @@ async def open_pg_harness(request: pytest.FixtureRequest) -> AsyncIterator[PgHar
         admit_db = await stack.enter_async_context(
             open_database(db.runtime_dsn, isolation="serializable")
         )
-        yield PgHarness(db, PostgresStore(claim_db, admit_db))
+        yield PgHarness(db, PostgresStore(claim_db, admit_db), PostgresReader(claim_db))

@@ -18,6 +18,7 @@ from qlsched.core.outcomes import (
     Admitted,
     FenceLost,
     Fire,
+    Initialize,
     Initialized,
     Outcome,
     Released,
@@ -295,7 +296,9 @@ async def test_stale_claim_writes_are_refused(harness: StoreHarness, verb: str) 
 
     outcome: Outcome
     if verb == "initialize":
-        outcome = await harness.store.initialize(claim, claim.claimed_at_ms + MINUTE_MS)
+        outcome = await harness.store.initialize(
+            claim, Initialize(next_ms=claim.claimed_at_ms + MINUTE_MS)
+        )
     elif verb == "skip":
         outcome = await harness.store.skip(claim, Skip(next_ms=claim.claimed_at_ms, skipped=1))
     else:
@@ -411,7 +414,7 @@ async def test_initialize_sets_the_cursor(harness: StoreHarness) -> None:
     assert claim.cursor_ms is None
     next_ms = claim.claimed_at_ms + 10 * MINUTE_MS
 
-    outcome = await harness.store.initialize(claim, next_ms)
+    outcome = await harness.store.initialize(claim, Initialize(next_ms=next_ms))
 
     assert outcome == Initialized("p", "t", next_ms=next_ms)
     row = await harness.schedule("p", "t")

@@ -148,8 +148,8 @@ async def run_round(store: PostgresStore, owner: str, budget: int, lease_ms: int
         match decision:
             case Fire():
                 fires.append(fire_request(claim, decision))
-            case Initialize(next_ms=next_ms):
-                result.outcomes.append(await store.initialize(claim, next_ms))
+            case Initialize():
+                result.outcomes.append(await store.initialize(claim, decision))
             case Skip():
                 result.outcomes.append(await store.skip(claim, decision))
             case NotDue():

@@ -9,7 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from qlsched.core.fence import Claim
-from qlsched.core.outcomes import Initialized, Outcome, Released, RevisionChanged, Skip, Skipped
+from qlsched.core.outcomes import (
+    Initialize,
+    Initialized,
+    Outcome,
+    Released,
+    RevisionChanged,
+    Skip,
+    Skipped,
+)
 from qlsched.postgres.store import PostgresStore
 from tests.integration.adapter_support import LEASE_MS, Env, one_project, open_env
 from tests.support.pg import TestDatabase
@@ -20,7 +28,7 @@ Settle = Callable[[PostgresStore, Claim], Awaitable[Outcome]]
 
 
 async def initialize(store: PostgresStore, claim: Claim) -> Outcome:
-    return await store.initialize(claim, 10**13)
+    return await store.initialize(claim, Initialize(next_ms=10**13))
 
 
 async def skip(store: PostgresStore, claim: Claim) -> Outcome:

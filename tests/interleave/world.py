@@ -133,8 +133,8 @@ class Replica:
             match decision:
                 case Fire():
                     fires.append(fire_request(claim, decision))
-                case Initialize(next_ms=next_ms):
-                    self.outcomes.append(await self.store.initialize(claim, next_ms))
+                case Initialize():
+                    self.outcomes.append(await self.store.initialize(claim, decision))
                 case Skip():
                     self.outcomes.append(await self.store.skip(claim, decision))
                 case NotDue():

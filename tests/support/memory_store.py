@@ -44,6 +44,7 @@ from qlsched.core.outcomes import (
     DigestInvalid,
     FenceLost,
     Inactive,
+    Initialize,
     Initialized,
     Outcome,
     Released,
@@ -290,16 +291,16 @@ class MemoryStore:
         await self._enter("admit", len(fires))
         return [self._admit_one(fire) for fire in fires]
 
-    async def initialize(self, claim: Claim, next_ms: int) -> Outcome:
+    async def initialize(self, claim: Claim, decision: Initialize) -> Outcome:
         await self._enter("initialize", 1)
         now = self._now_ms()
         row, refused = self._check(claim, now, claim.cursor_ms)
         if refused is not None:
             return refused
         assert row is not None
-        row.next_fire_at_ms = next_ms
+        row.next_fire_at_ms = decision.next_ms
         self._written(row, now)
-        return Initialized(claim.project_id, claim.trigger_id, next_ms=next_ms)
+        return Initialized(claim.project_id, claim.trigger_id, next_ms=decision.next_ms)
 
     async def skip(self, claim: Claim, decision: Skip) -> Outcome:
         await self._enter("skip", 1)

@@ -7,9 +7,11 @@
 -- Each row is verified by the database clock against its whole fence, its revisions and
 -- digests (the payload's SHA-256 re-computed); a row that passes gets its cursor advanced,
 -- its queued Run, claimed Attempt and two events, all or none. A row that fails comes back
--- with what names the failure; one held by another session or not at its locator comes
--- back untouched, for the caller to admit alone by key. Every table is reached by key or
--- tuple id: a scan would take a relation-level SIRead lock every other admit conflicts with.
+-- with what names the failure: (refusal_kind, refusal_part), an outcome's tag and part, for
+-- a check that needs no schedule row, else the row read back. One held by another session
+-- or not at its locator comes back untouched, for the caller to admit alone by key.
+-- Every table is reached by key or tuple id: a scan would take a relation-level SIRead lock
+-- every other admit conflicts with.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -32,34 +34,35 @@ input AS MATERIALIZED (
                 scheduled_for_ms, next_ms, coalesced, run_id, attempt_id, idempotency_key,
                 locator, ord)
 ),
--- The checks that need no schedule row (project active; trigger revision, digest, pins and
--- enabled; task revision; the pinned execution revision's digest and executor; the task
--- digest), all done before any schedule row is touched: under SERIALIZABLE, the shorter the
--- time between reading a schedule row and writing it, the less often two replicas' admits
--- of neighbouring rows (one index page) overlap there and one of them has to retry.
+-- The checks that need no schedule row (project; trigger revision, digest, pins, enabled;
+-- task revision; the execution revision's digest and executor; the task digest), each
+-- refusal named as ARRAY[kind, part] (a CASE yields one value). All run before any schedule
+-- row is touched: under SERIALIZABLE, the shorter a row's read-to-write time, the less often
+-- two replicas' admits of neighbouring rows (one index page) overlap and one has to retry.
 specs AS MATERIALIZED (
     SELECT i.ord, t.task_id,
            CASE
-             WHEN p.state IS NULL THEN 'inactive:project_missing'
-             WHEN p.state <> 'active' THEN 'inactive:project_archived'
+             WHEN p.state IS NULL THEN ARRAY['inactive', 'project_missing']
+             WHEN p.state <> 'active' THEN ARRAY['inactive', 'project_archived']
              WHEN t.revision IS DISTINCT FROM i.trigger_revision
                OR t.content_digest IS DISTINCT FROM i.trigger_digest
                OR t.task_revision IS DISTINCT FROM i.task_revision
                OR t.execution_revision_id IS DISTINCT FROM i.execution_revision_id
                OR t.kind IS DISTINCT FROM 'cron'
-               THEN 'revision_changed:trigger'
-             WHEN NOT t.enabled THEN 'inactive:trigger_disabled'
-             WHEN k.revision IS DISTINCT FROM i.task_revision THEN 'revision_changed:task'
+               THEN ARRAY['revision_changed', 'trigger']
+             WHEN NOT t.enabled THEN ARRAY['inactive', 'trigger_disabled']
+             WHEN k.revision IS DISTINCT FROM i.task_revision
+               THEN ARRAY['revision_changed', 'task']
              WHEN e.execution_revision_id IS NULL
                OR e.project_id <> i.project_id OR e.task_id <> t.task_id
                OR e.task_revision <> i.task_revision
-               THEN 'revision_changed:execution'
-             WHEN e.executor_kind <> 'remote_worker' THEN 'digest_invalid:executor'
+               THEN ARRAY['revision_changed', 'execution']
+             WHEN e.executor_kind <> 'remote_worker' THEN ARRAY['digest_invalid', 'executor']
              WHEN e.digest <> pg_catalog.encode(
                       pg_catalog.sha256(pg_catalog.convert_to(e.payload, 'UTF8')), 'hex')
-               THEN 'digest_invalid:execution'
-             WHEN k.content_digest <> e.digest THEN 'digest_invalid:task'
-           END AS failure
+               THEN ARRAY['digest_invalid', 'execution']
+             WHEN k.content_digest <> e.digest THEN ARRAY['digest_invalid', 'task']
+           END AS refusal
       FROM input AS i
       LEFT JOIN qlsched.projects AS p ON p.project_id = i.project_id
       LEFT JOIN qlsched.triggers AS t
@@ -75,7 +78,7 @@ specs AS MATERIALIZED (
 -- session holds; a batch of one waits for it (at most the role's lock_timeout). Only rows
 -- whose spec checks passed are touched, under a WHERE repeating the whole fence.
 ordered AS MATERIALIZED (
-    SELECT i.*, sp.task_id, sp.failure AS spec_failure
+    SELECT i.*, sp.task_id, sp.refusal
       FROM specs AS sp JOIN input AS i ON i.ord = sp.ord
      ORDER BY i.project_id, i.trigger_id
 ),
@@ -122,7 +125,7 @@ advanced AS (
                    FOR UPDATE OF x) AS w
            ) AS l,
            now
-     WHERE c.spec_failure IS NULL
+     WHERE c.refusal IS NULL
        AND s.ctid = l.tid
        AND s.claim_owner = $1 AND s.claim_token = c.claim_token
        AND s.claim_version = c.claim_version AND s.claim_expires_at_ms > now.ms
@@ -170,7 +173,8 @@ event_rows AS (
 -- the caller can name the fence part that failed (core's `failed_part`, the same rule a
 -- refused skip or release is diagnosed by); a row whose fence, cursor and specs all hold in
 -- this snapshot was held by another session or is not at its locator.
-SELECT c.ord, a.at_ms AS admitted_at_ms, c.spec_failure, (SELECT ms FROM now) AS now_ms,
+SELECT c.ord, a.at_ms AS admitted_at_ms, c.refusal[1] AS refusal_kind,
+       c.refusal[2] AS refusal_part, (SELECT ms FROM now) AS now_ms,
        r.trigger_revision, r.claim_owner, r.claim_token, r.claim_version,
        r.claim_expires_at_ms, r.state_version, r.next_fire_at_ms
   FROM ordered AS c
