@@ -33,6 +33,7 @@ from qlsched.core.outcomes import (
     Skipped,
     StoreFailed,
 )
+from qlsched.postgres.admit import MixedOwners
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.store import ADMIT_SETTINGS, PostgresStore
@@ -588,6 +589,24 @@ async def test_a_row_moved_by_vacuum_full_is_admitted_by_key(env: Env) -> None:
     assert await env.runs_by_trigger() == {"a": 1, "b": 1}
 
 
+async def insert_run_for(env: Env, fire: FireRequest) -> None:
+    """A Run already holding ``fire``'s idempotency key, so its admit fails on 23505."""
+    await env.su_exec(
+        "INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,"
+        " task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,"
+        " owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,"
+        " admitted_claim_version)"
+        " VALUES ($1, 'p', $2, 1, 'task', 1, $3, $4, $5, 'succeeded', 'runtime', 0, 0,"
+        " 'elsewhere', $6, 1)",
+        uuid.uuid4(),
+        fire.claim.trigger_id,
+        fire.claim.execution_revision_id,
+        fire.scheduled_for_ms,
+        fire.idempotency_key,
+        uuid.uuid4(),
+    )
+
+
 async def test_batch_constraint_error_falls_back_row_by_row(env: Env) -> None:
     """A batch whose statement hits a constraint error (a Run already holds one row's
     idempotency key: 23505) is retried one occurrence at a time: every other row is admitted,
@@ -598,20 +617,7 @@ async def test_batch_constraint_error_falls_back_row_by_row(env: Env) -> None:
     await env.make_due()
     claims = await env.store.claim("r1", 10, LEASE_MS)
     fires = [fire_for(c) for c in claims]
-    c = fires[2]
-    await env.su_exec(
-        "INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,"
-        " task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,"
-        " owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,"
-        " admitted_claim_version)"
-        " VALUES ($1, 'p', 'c', 1, 'task', 1, $2, $3, $4, 'succeeded', 'runtime', 0, 0,"
-        " 'elsewhere', $5, 1)",
-        uuid.uuid4(),
-        c.claim.execution_revision_id,
-        c.scheduled_for_ms,
-        c.idempotency_key,
-        uuid.uuid4(),
-    )
+    await insert_run_for(env, fires[2])
     c_before = await env.schedule("p", "c")
 
     outcomes = await env.store.admit(fires)
@@ -627,6 +633,49 @@ async def test_batch_constraint_error_falls_back_row_by_row(env: Env) -> None:
         ("admit_failed", "23505", None),
     ]
     assert {d.exception for d in env.sink.items} == {"UniqueViolationError"}
+
+
+async def test_admit_runs_batch_then_one_by_one_then_by_key(env: Env) -> None:
+    """The admit's three phases run in order, each once: the batch (here failing on one
+    row's 23505), then every Fire alone, then, after all of those, the row whose locator was
+    stale, alone and by key. Each admit is its own transaction, so the Runs' transaction ids
+    give the order: the stale row's Run is the last written."""
+    ids = ["a", "b", "c", "d"]
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    claims = await env.store.claim("r1", 10, LEASE_MS)
+    fires = [fire_for(c) for c in claims]
+    fires[1] = with_locator(fires[1], "(999999,1)")  # b: past the table's end
+    await insert_run_for(env, fires[2])  # c: its admit fails on the idempotency key
+
+    outcomes = await env.store.admit(fires)
+
+    assert [type(o) for o in outcomes] == [Admitted, Admitted, StoreFailed, Admitted]
+    assert env.store.admit_statements == 1 + len(fires) + 1
+    rows = await env.su(
+        "SELECT trigger_id FROM qlsched.runs WHERE admitted_by_owner = 'r1'"
+        " ORDER BY xmin::text::bigint"
+    )
+    assert [r["trigger_id"] for r in rows] == ["a", "d", "b"]
+    assert [d.code for d in env.sink.items] == ["admit_batch_fallback", "admit_failed"]
+
+
+async def test_fires_of_two_owners_in_one_admit_are_refused(env: Env) -> None:
+    """One admit statement is sent for one owner (a replica claims under one): a call
+    holding Fires claimed by two owners raises ``MixedOwners`` before any statement is sent,
+    and writes nothing."""
+    await env.publish(one_project(ids=["a", "b"]))
+    await env.make_due()
+    [a] = await env.store.claim("r1", 1, LEASE_MS)
+    [b] = await env.store.claim("r2", 1, LEASE_MS)
+    before = await env.schedules()
+
+    with pytest.raises(MixedOwners):
+        await env.store.admit([fire_for(a), fire_for(b)])
+
+    assert env.store.admit_statements == 0
+    assert await env.schedules() == before
+    assert await env.counts() == NOTHING
 
 
 @pytest.mark.parametrize("released", [True, False], ids=["released-meanwhile", "held-on"])
