@@ -2,8 +2,8 @@
 
 Implemented by the PostgreSQL adapter (``qlsched.postgres.store``), the Edge store
 (``qlsched.sqlite.store``) and an in-memory store used only by the tests; all pass one
-conformance suite. Every method
-returns typed outcomes; none raises for a lost race, a stale fence or a changed revision.
+conformance suite. Every method returns typed outcomes; none raises for a lost race, a stale
+fence or a changed revision.
 """
 
 from __future__ import annotations
