@@ -19,9 +19,15 @@ DST: the hour field is *wildcard* when it begins with ``*`` and *fixed* otherwis
 - wildcard hour: follows real time. An instant is an occurrence iff its local wall time
   matches, so wall times in a spring-forward gap never fire and a repeated (fall-back) wall
   time fires at each of its instants, 30-minute folds (Australia/Lord_Howe) included.
-- fixed hour: each matching wall time fires once, at its first instant (``fold=0``); matching
-  wall times in a gap all fire once, at the first instant after the gap (``03:00:00`` in New
-  York: seconds and minutes reset). Never a missed day, never a double daily run.
+- fixed hour, by default (``dst_gap="shift"``, ``dst_fold="first"``): each matching wall
+  time fires once, at its first instant (``fold=0``); matching wall times in a gap all fire
+  once, at the first instant after the gap (``03:00:00`` in New York: seconds and minutes
+  reset). Never a missed day, never a double daily run.
+- a fixed hour's policy per trigger (docs/contract.md §10): ``dst_gap="skip"`` fires no gap
+  wall time (that day has none); ``dst_fold="last"`` fires a repeated wall time at its second
+  instant only, ``"both"`` at both. A wildcard hour ignores the policy: it is already real
+  time, which is ``skip`` and ``both``. So the stepping below knows two effective switches,
+  ``shift_gap`` and ``fold_fires``, and a wildcard hour is the case (False, "both").
 
 Why croniter only expands the fields: croniter 7.0's iterator differs from this rule (it fires
 a fixed time twice in a fold, keeps the seconds when leaving a gap, reads seconds last unless
@@ -45,6 +51,7 @@ import calendar
 import re
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
+from typing import Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
@@ -53,6 +60,16 @@ from croniter import CroniterError, croniter
 
 class CronError(ValueError):
     """An expression or zone that cannot be used; the message names the field."""
+
+
+DstGap = Literal["shift", "skip"]
+"""A fixed-hour wall time inside a spring-forward gap: fire at the gap's end, or not at all."""
+DstFold = Literal["first", "last", "both"]
+"""A fixed-hour wall time in a repeated hour: fire at its first instant, its second, or both."""
+DST_GAP_DEFAULT: DstGap = "shift"
+DST_FOLD_DEFAULT: DstFold = "first"
+DST_GAPS: tuple[DstGap, ...] = ("shift", "skip")
+DST_FOLDS: tuple[DstFold, ...] = ("first", "last", "both")
 
 
 class CronSchedule(msgspec.Struct, frozen=True):
@@ -76,6 +93,14 @@ class CronSchedule(msgspec.Struct, frozen=True):
     """The hour field does not begin with ``*``: the fixed-hour DST rule applies."""
     utc_offset: int | None
     """Seconds east of UTC for a zone that never changes offset (UTC, Etc/GMT+5), else None."""
+    dst_gap: DstGap
+    dst_fold: DstFold
+    """The trigger's DST policy as declared (shown and compared; a wildcard hour ignores it)."""
+    shift_gap: bool
+    """Wall times in a gap fire once at its end: a fixed hour under ``dst_gap="shift"``."""
+    fold_fires: DstFold
+    """Which instants of a repeated wall time fire: the policy for a fixed hour, ``"both"``
+    (real time) for a wildcard hour."""
 
 
 # --- parsing ----------------------------------------------------------------------------
@@ -247,13 +272,22 @@ def _load_zone(timezone: str) -> ZoneInfo:
         raise CronError(f"timezone: unknown IANA zone {timezone!r}") from None
 
 
-def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
-    """Parse and validate once per trigger revision.
+def parse_cron(
+    expression: str,
+    timezone: str = "UTC",
+    *,
+    dst_gap: str = DST_GAP_DEFAULT,
+    dst_fold: str = DST_FOLD_DEFAULT,
+) -> CronSchedule:
+    """Parse and validate once per trigger revision, with the trigger's DST policy.
 
     Raises:
-        CronError: the expression or zone cannot be used; the message starts with the field
-            (``hour: 25 is out of range 0-23``, ``timezone: unknown IANA zone 'X'``).
+        CronError: the expression, zone or policy cannot be used; the message starts with
+            the field (``hour: 25 is out of range 0-23``, ``timezone: unknown IANA zone 'X'``,
+            ``dst_fold: 'twice' is not one of first, last, both``).
     """
+    gap = _policy("dst_gap", dst_gap, DST_GAPS)
+    fold = _policy("dst_fold", dst_fold, DST_FOLDS)
     zone = _load_zone(timezone)
     text = expression.strip()
     if text.startswith("@"):
@@ -284,6 +318,7 @@ def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
     offset = None
     if _FIXED_OFFSET_ZONE.fullmatch(timezone):
         offset = _seconds(zone.utcoffset(datetime(2000, 1, 1)))
+    fixed_hour = parts[-4][0] != "*"
     return CronSchedule(
         expression=expression,
         timezone=timezone,
@@ -292,9 +327,23 @@ def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
         hour_mask=hour,
         month_mask=month,
         day_masks=_day_masks(dom, dow, either_day_star),
-        fixed_hour=parts[-4][0] != "*",
+        fixed_hour=fixed_hour,
         utc_offset=offset,
+        dst_gap=gap,
+        dst_fold=fold,
+        shift_gap=fixed_hour and gap == "shift",
+        fold_fires=fold if fixed_hour else "both",
     )
+
+
+_P = TypeVar("_P", bound=str)
+
+
+def _policy(field: str, value: str, allowed: tuple[_P, ...]) -> _P:
+    for choice in allowed:
+        if value == choice:
+            return choice
+    raise CronError(f"{field}: {value!r} is not one of {', '.join(allowed)}")
 
 
 # --- wall-clock stepping (pure integer arithmetic) --------------------------------------
@@ -406,24 +455,31 @@ def _next_in_zone(s: CronSchedule, zone: ZoneInfo, after: int) -> int:
     that change.
 
     Wall times later than ``local(after)`` are tried in order, and the first with an instant
-    after ``after`` gives the answer: the first instants of real wall times grow with the
-    wall time. One exception: when ``after`` is in the first pass of a fold, wall times at
-    or before ``local(after)`` come round again after it, and wildcard hours fire them.
+    after ``after`` gives the answer: the instants that fire grow with the wall time, except
+    that ``fold_fires="both"`` fires a repeated wall time twice. One exception: when
+    ``after`` is in the first pass of a fold, wall times at or before ``local(after)`` come
+    round again after it, and fire there unless only first instants fire (``"last"``: the
+    walk starts at the fold's first wall time; ``"both"``: the first of them is ``best``).
     Each wall time's instants come from zoneinfo's two readings of it (PEP 495): ``fold=0``
     and ``fold=1`` agree for a normal time, ``i0 < i1`` in a fold, ``i0 > i1`` in a gap.
     """
     here = datetime.fromtimestamp(after, zone)
     y, mo, d, h, mi, sec = here.year, here.month, here.day, here.hour, here.minute, here.second
-    off_here = _seconds(zone.utcoffset(here))
+    fold_fires = s.fold_fires
     best: int | None = None
-    if not s.fixed_hour and not here.fold:
+    w: Wall | None = None
+    if fold_fires != "first" and not here.fold:
+        off_here = _seconds(zone.utcoffset(here))
         off_later = _seconds(zone.utcoffset(datetime(y, mo, d, h, mi, sec, fold=1)))
         if off_later < off_here:  # first pass of a fold: it starts within off_here - off_later
             fold_start = _transition(zone, after, after + off_here - off_later) + off_later
             w = _next_wall_from(s, fold_start)
-            if w[6] <= after + off_here:
-                best = w[6] - off_later  # its second instant; its first is already past
-    w = _next_wall(s, y, mo, d, h, mi, sec + 1)
+            if fold_fires == "both":
+                if w[6] <= after + off_here:
+                    best = w[6] - off_later  # its second instant; its first is already past
+                w = None
+    if w is None:
+        w = _next_wall(s, y, mo, d, h, mi, sec + 1)
     while True:
         y, mo, d, h, mi, sec, naive = w
         i0 = naive - _seconds(zone.utcoffset(datetime(y, mo, d, h, mi, sec)))
@@ -431,24 +487,26 @@ def _next_in_zone(s: CronSchedule, zone: ZoneInfo, after: int) -> int:
         if i0 == i1:
             candidate = i0
         elif i0 < i1:  # a fold: both instants are real
-            if i0 > after:
-                candidate = i0
-            elif not s.fixed_hour:
+            if fold_fires == "last":
                 candidate = i1
-            else:  # a fixed hour fired at the first instant already: skip the repeats
+            elif i0 > after:
+                candidate = i0
+            elif fold_fires == "both":
+                candidate = i1
+            else:  # only first instants fire, and this one is past: skip the repeats
                 fold_end = _transition(zone, i0, i1) + (naive - i0)
                 w = _next_wall_from(s, max(fold_end, naive + 1))
                 continue
         else:  # a gap: this wall time does not exist
             shift = _transition(zone, i1, i0)
-            if s.fixed_hour:
+            if s.shift_gap:
                 candidate = shift  # the first instant after the gap, once for all its times
             else:
                 w = _next_wall_from(s, shift + _offset_at(zone, shift))
                 continue
         if candidate > after:
             return candidate if best is None else min(best, candidate)
-        w = _next_wall_from(s, naive + 1)  # not seen in real zones; keeps the loop finite
+        w = _next_wall_from(s, naive + 1)  # a fold's repeat already past; keeps the loop finite
 
 
 def next_after(schedule: CronSchedule, after_ms: int) -> int:
@@ -456,8 +514,9 @@ def next_after(schedule: CronSchedule, after_ms: int) -> int:
 
     Occurrences are whole seconds, so this is the first one after the second ``after_ms``
     falls in. Hot path: no parsing, integer stepping over the schedule's masks; in a zone
-    whose offset changes, four zoneinfo look-ups (five for a wildcard hour); in a
-    fixed-offset zone, none.
+    whose offset changes, three zoneinfo look-ups (five when a repeated wall time's second
+    instant may fire: a wildcard hour, ``dst_fold`` last or both); in a fixed-offset zone,
+    none.
 
     Raises:
         OverflowError: no occurrence before the year 10000.

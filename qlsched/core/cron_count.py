@@ -8,10 +8,12 @@ Here the cost grows with the number of months and zone transitions in the interv
 How: between two transitions of the zone the UTC offset is constant, so occurrences there are
 the matching wall times of a stretch of naive local time, counted per day from the
 schedule's masks (whole days by popcount, the partial first and last day by time of day).
-The transitions split the interval, and ``cron``'s DST rule decides what each adds: a
-wildcard-hour schedule follows real time (nothing extra); a fixed-hour one does not fire the
-second pass of a fold again, and fires once at the end of a gap that held matching wall
-times (unless the first wall time after the gap matches, which is the same instant).
+The transitions split the interval, and ``cron``'s DST rule decides what each adds: real
+time (a wildcard hour; ``dst_fold="both"``, ``dst_gap="skip"``) adds nothing; a fold whose
+first instants only fire does not count its second pass (``"first"``), one whose second
+instants only fire does not count its first pass (``"last"``); ``dst_gap="shift"`` fires once
+at the end of a gap that held matching wall times (unless the first wall time after the gap
+matches, which is the same instant).
 ``count_between`` must agree with stepping through ``next_after``; a property test holds it.
 """
 
@@ -138,20 +140,28 @@ def count_between(s: CronSchedule, after_ms: int, until_ms: int) -> int:
     if s.utc_offset is not None:
         return _wall_count(s, a + s.utc_offset, b + s.utc_offset)
     zone = _zone(s.timezone)
-    # A transition up to a day before ``a`` still matters: a fixed hour must not fire the
-    # second pass of a fold whose first pass came before ``a``.
-    cuts = _transitions(zone, s.timezone, a - _DAY, b)
+    # A transition up to a day before ``a`` still matters: ``"first"`` must not fire the
+    # second pass of a fold whose first pass came before ``a``; and one after ``b``:
+    # ``"last"`` must not fire the first pass of a fold that ends after ``b``.
+    cuts = _transitions(zone, s.timezone, a - _DAY, b + _DAY)
     earlier = [c for c in cuts if c[0] <= a]
-    later = [c for c in cuts if c[0] > a]
+    later = [c for c in cuts if a < c[0] <= b]
+    beyond = next((c for c in cuts if c[0] > b), None)
     prev = earlier[-1] if earlier else None
+    fold_fires = s.fold_fires
     total, lo, off = 0, a, _offset_at(zone, a)
-    for cut in [*later, (b + 1, off, off)]:  # the last stretch ends at b
+    for cut in [*later, (b + 1, 0, 0)]:  # the last stretch ends at b
         t, before, after = cut
-        wall_lo = lo + off
-        if s.fixed_hour and prev is not None and prev[1] > prev[2]:
-            wall_lo = max(wall_lo, prev[0] - 1 + prev[1])
-        total += _wall_count(s, wall_lo, t - 1 + off)
-        if s.fixed_hour and after > before:
+        wall_lo, wall_hi = lo + off, t - 1 + off
+        if fold_fires == "first" and prev is not None and prev[1] > prev[2]:
+            wall_lo = max(wall_lo, prev[0] - 1 + prev[1])  # the fold's second pass repeats
+        if fold_fires == "last":
+            ahead = cut if t <= b else beyond
+            if ahead is not None and ahead[1] > ahead[2]:
+                # the fold's first pass: its wall times fire on the second
+                wall_hi = min(wall_hi, ahead[0] - 1 + ahead[2])
+        total += _wall_count(s, wall_lo, wall_hi)
+        if s.shift_gap and after > before:
             gap_lo, gap_hi = t + before - 1, t + after - 1
             if _wall_count(s, gap_lo, gap_hi) and not _wall_count(s, gap_hi, gap_hi + 1):
                 total += 1  # the gap's wall times fire once, at its end

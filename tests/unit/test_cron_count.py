@@ -4,6 +4,8 @@ not grow with how many occurrences it passes over."""
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -11,11 +13,15 @@ from hypothesis import strategies as st
 from qlsched.core.cron import CronSchedule, next_after, parse_cron
 from qlsched.core.cron_count import count_between
 from tests.unit.test_cron_properties import (
+    DST_FOLD_POLICIES,
+    DST_GAP_POLICIES,
     DST_ZONES,
     FIXED_ZONES,
     INSTANTS,
+    Reference,
     _parse_or_skip,
     expressions,
+    fires_at,
     frequent_expressions,
     transitions,
 )
@@ -52,6 +58,39 @@ def test_counts_across_real_transitions(expression: str, zone: str, data: st.Dat
     span = data.draw(st.integers(0, 3 * 86_400), label="span_s")
     ms = data.draw(st.integers(0, 999), label="ms")
     check(schedule, after * 1000 + ms, (after + span) * 1000 + ms)
+
+
+POLICY_ZONES = ["America/New_York", "Europe/London", "Australia/Lord_Howe"]
+
+
+@given(
+    frequent_expressions(),
+    st.sampled_from(POLICY_ZONES),
+    DST_GAP_POLICIES,
+    DST_FOLD_POLICIES,
+    st.data(),
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_counts_under_every_dst_policy(
+    expression: str, zone: str, gap: str, fold: str, data: st.DataObject
+) -> None:
+    """Rule (docs/contract.md §10): under every ``dst_gap`` x ``dst_fold`` policy, over a
+    range across a real transition, ``count_between`` equals both the occurrences
+    ``next_after`` steps through and a brute-force walk over instants applying the policy
+    literally (``fires_at``), so the passed-over count ``decide`` records is exact."""
+    schedule = parse_cron(expression, zone, dst_gap=gap, dst_fold=fold)
+    shift = data.draw(st.sampled_from(transitions(zone)), label="transition")
+    six_fields = len(expression.split()) == 6
+    step, reach = (1, 2 * 3600) if six_fields else (60, 36 * 3600)
+    after = shift - data.draw(st.integers(0, reach), label="before_s")
+    until = after + data.draw(st.integers(0, reach), label="span_s")
+    ms = data.draw(st.integers(0, 999), label="ms")
+    counted = count_between(schedule, after * 1000 + ms, until * 1000 + ms)
+    assert counted == stepped(schedule, after * 1000 + ms, until * 1000 + ms)
+    first = after - after % step + step
+    ref, tz = Reference(expression), ZoneInfo(zone)
+    brute = sum(fires_at(ref, tz, u, step, gap, fold) for u in range(first, until + 1, step))
+    assert counted == brute
 
 
 @given(expressions(), st.sampled_from(DST_ZONES + FIXED_ZONES), INSTANTS, st.data())

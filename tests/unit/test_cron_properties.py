@@ -331,6 +331,66 @@ def brute_next(ref: Reference, tz: ZoneInfo, after: int, horizon: int, step: int
     return None
 
 
+def fires_at(ref: Reference, tz: ZoneInfo, u: int, step: int, gap: str, fold: str) -> bool:
+    """Whether docs/contract.md §3 and §10 fire instant ``u`` under a DST policy, read
+    literally: a matching wall time fires at an instant of it unless it is a fold's first
+    pass and only second instants fire (``last``) or its second pass and only first ones do
+    (``first``); under ``shift`` the instant ending a gap fires when a gap wall time matches.
+    A wildcard hour is real time whatever the policy."""
+    local = datetime.fromtimestamp(u, tz)
+    wall = local.replace(tzinfo=None)
+    if ref.matches(wall):
+        if ref.wildcard_hour:
+            return True
+        other = wall.replace(fold=1 - local.fold, tzinfo=tz).utcoffset()
+        repeated = other != _offset(tz, u)  # a real wall time read two ways: a fold
+        if not repeated or fold == "both":
+            return True
+        if (fold == "first") == (local.fold == 0):
+            return True
+    if not ref.wildcard_hour and gap == "shift" and _offset(tz, u - 1) < _offset(tz, u):
+        w = datetime.fromtimestamp(u - 1, tz).replace(tzinfo=None) + timedelta(seconds=1)
+        w += timedelta(seconds=-w.second % step)
+        while w < wall:
+            if ref.matches(w):
+                return True
+            w += timedelta(seconds=step)
+    return False
+
+
+DST_GAP_POLICIES = st.sampled_from(["shift", "skip"])
+DST_FOLD_POLICIES = st.sampled_from(["first", "last", "both"])
+
+
+@given(
+    frequent_expressions(),
+    st.sampled_from(DST_ZONES),
+    DST_GAP_POLICIES,
+    DST_FOLD_POLICIES,
+    st.data(),
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_policies_agree_with_brute_force_near_transitions(
+    expression: str, zone: str, gap: str, fold: str, data: st.DataObject
+) -> None:
+    """Under every DST policy, near a real transition, the chain of ``next_after`` calls
+    visits exactly the instants ``fires_at`` accepts, walking instants one by one."""
+    schedule = parse_cron(expression, zone, dst_gap=gap, dst_fold=fold)
+    ref = Reference(expression)
+    tz = ZoneInfo(zone)
+    step, span = (1, 2 * 3600) if len(expression.split()) == 6 else (60, 30 * 3600)
+    shift = data.draw(st.sampled_from(transitions(zone)), label="transition")
+    after = shift - data.draw(st.integers(0, span), label="before_s")
+    after -= after % step
+    expected = [u for u in range(after + step, after + span + 1, step)
+                if fires_at(ref, tz, u, step, gap, fold)]  # fmt: skip
+    got = []
+    t = after * 1000 + data.draw(st.integers(0, 999), label="ms")
+    while (t := next_after(schedule, t)) <= (after + span) * 1000:
+        got.append(t // 1000)
+    assert got == expected
+
+
 @given(frequent_expressions(), st.sampled_from(DST_ZONES), st.data())
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_agrees_with_brute_force_near_transitions(
