@@ -90,8 +90,9 @@ class _InvalidSpec(msgspec.Struct, frozen=True):
     exception: str | None
 
 
-_SpecKey = tuple[str, str, str, int]
-"""(cron, timezone, misfire policy, misfire grace ms): everything ``_build_spec`` reads."""
+_SpecKey = tuple[str, str, str, int, str, str]
+"""(cron, timezone, misfire policy, misfire grace ms, dst gap, dst fold): everything
+``_build_spec`` reads."""
 
 
 def _build_spec(claim: Claim) -> TriggerSpec | _InvalidSpec:
@@ -99,9 +100,11 @@ def _build_spec(claim: Claim) -> TriggerSpec | _InvalidSpec:
     if policy is None or not 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
         return _InvalidSpec(exception=None)
     try:
-        cron = parse_cron(claim.cron, claim.timezone)
+        cron = parse_cron(
+            claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
+        )
     except (CronError, ZoneInfoNotFoundError) as exc:
-        # Publish validates both, so this is a corrupt revision: fail closed. Any other
+        # Publish validates them all, so this is a corrupt revision: fail closed. Any other
         # exception is a bug and surfaces as ``claim_task_failed``.
         return _InvalidSpec(exception=type(exc).__name__)
     return TriggerSpec(cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms)
@@ -273,7 +276,14 @@ class Coordinator:
             self._count(outcome, tally)
 
     def _spec(self, claim: Claim) -> TriggerSpec | _InvalidSpec:
-        key = (claim.cron, claim.timezone, claim.misfire_policy, claim.misfire_grace_ms)
+        key = (
+            claim.cron,
+            claim.timezone,
+            claim.misfire_policy,
+            claim.misfire_grace_ms,
+            claim.dst_gap,
+            claim.dst_fold,
+        )
         spec = self._specs.get(key)
         if spec is not None:
             self._specs.move_to_end(key)

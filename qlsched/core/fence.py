@@ -50,6 +50,10 @@ class Claim(msgspec.Struct, frozen=True):
     """Where the store found the row (PostgreSQL: the claimed version's tuple id), so its
     admit can reach it without an index probe. A hint, never trusted: the admit re-checks
     the key and the whole fence, and a stale locator only costs a second try by key."""
+    dst_gap: str = "shift"
+    dst_fold: str = "first"
+    """The trigger's DST policy (docs/contract.md §10), read with its cron and zone; the
+    defaults are the rule of triggers published before the policy existed."""
 
     @property
     def key(self) -> TriggerKey:

@@ -19,7 +19,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from qlsched.core.cron import CronError, parse_cron
+from qlsched.core.cron import (
+    DST_FOLD_DEFAULT,
+    DST_FOLDS,
+    DST_GAP_DEFAULT,
+    DST_GAPS,
+    CronError,
+    DstFold,
+    DstGap,
+    parse_cron,
+)
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 
 # The database's CHECK is `~ '^...$'`, where `$` is the end of the text; Python's `$` also
@@ -66,6 +75,11 @@ class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     misfire: Literal["skip", "fire_once"] = "skip"
     misfire_grace_ms: Annotated[int, msgspec.Meta(ge=0, le=GRACE_MAX_MS)] = 60_000
     enabled: bool = True
+    dst_gap: DstGap = DST_GAP_DEFAULT
+    """A fixed-hour wall time in a spring-forward gap: ``shift`` (fire at the gap's end) or
+    ``skip`` (not that day). Part of the revision's digest."""
+    dst_fold: DstFold = DST_FOLD_DEFAULT
+    """A fixed-hour wall time in a repeated hour: ``first``, ``last`` or ``both`` instants."""
 
 
 class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -74,6 +88,12 @@ class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     triggers: list[TriggerEntry] = []
 
 
+_CHOICES = {
+    "misfire": "skip, fire_once",
+    "dst_gap": ", ".join(DST_GAPS),
+    "dst_fold": ", ".join(DST_FOLDS),
+}
+"""Fields with a closed set of values: a bad one is named with the values it may take."""
 _PATH = re.compile(r"^\$\.(projects|tasks|triggers)\[(\d+)\](?:\.(\w+))?")
 
 
@@ -117,6 +137,9 @@ def publish_file_from(data: Any) -> PublishFile:
             raise SpecError(message) from None
         label = _entry_label(data, m.group(1), int(m.group(2)))
         field = f"{m.group(3)}: " if m.group(3) else ""
+        choices = _CHOICES.get(m.group(3) or "")
+        if choices is not None and head.startswith("Invalid enum value "):
+            head = f"{head.removeprefix('Invalid enum value ')} is not one of {choices}"
         raise SpecError(f"{label}: {field}{head or message}") from None
     validate_publish_file(spec)
     return spec
@@ -163,7 +186,7 @@ def validate_publish_file(spec: PublishFile) -> None:
         if not 1 <= len(tr.timezone) <= TIMEZONE_MAX_CHARS:
             raise SpecError(f"{label}: timezone: expected 1..{TIMEZONE_MAX_CHARS} characters")
         try:
-            parse_cron(tr.cron, tr.timezone)
+            parse_cron(tr.cron, tr.timezone, dst_gap=tr.dst_gap, dst_fold=tr.dst_fold)
         except CronError as exc:
             message = str(exc)
             if message.startswith("timezone: "):
@@ -193,6 +216,8 @@ def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
         _canonical(
             {
                 "cron": trigger.cron,
+                "dst_fold": trigger.dst_fold,
+                "dst_gap": trigger.dst_gap,
                 "enabled": trigger.enabled,
                 "kind": "cron",
                 "misfire": trigger.misfire,

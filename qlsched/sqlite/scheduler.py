@@ -139,7 +139,7 @@ class EdgeMetrics:
         return "\n".join(lines) + "\n"
 
 
-_SpecKey = tuple[str, str, str, int]
+_SpecKey = tuple[str, str, str, int, str, str]
 
 
 class EdgeScheduler:
@@ -155,7 +155,14 @@ class EdgeScheduler:
         self._specs: OrderedDict[_SpecKey, TriggerSpec | None] = OrderedDict()
 
     def _spec(self, claim: Claim) -> TriggerSpec | None:
-        key = (claim.cron, claim.timezone, claim.misfire_policy, claim.misfire_grace_ms)
+        key = (
+            claim.cron,
+            claim.timezone,
+            claim.misfire_policy,
+            claim.misfire_grace_ms,
+            claim.dst_gap,
+            claim.dst_fold,
+        )
         if key in self._specs:
             self._specs.move_to_end(key)
             return self._specs[key]
@@ -163,9 +170,11 @@ class EdgeScheduler:
         policy = _POLICIES.get(claim.misfire_policy)
         if policy is not None and 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
             try:
-                cron = parse_cron(claim.cron, claim.timezone)
+                cron = parse_cron(
+                    claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
+                )
             except (CronError, ZoneInfoNotFoundError):
-                cron = None  # publish validates both: a corrupt revision, fail closed
+                cron = None  # publish validates them: a corrupt revision, fail closed
             if cron is not None:
                 spec = TriggerSpec(
                     cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms

@@ -48,8 +48,23 @@ def assert_one_line(result: subprocess.CompletedProcess[str], start: str) -> Non
         (PUBLISH_HEAD + 'cron = "* * * * *"\ntimezone = "' + "A" * 65 + '"\n', "triggers[0]"),
         (DEEP, "nested deeper than 32 levels"),
         ("x = " + "1" * 5000 + "\n", "not valid TOML: a number has too many digits"),
+        (
+            PUBLISH_HEAD + 'cron = "30 2 * * *"\ndst_gap = "later"\n',
+            "triggers[0] (id \"tr\"): dst_gap: 'later' is not one of shift, skip",
+        ),
+        (
+            PUBLISH_HEAD + 'cron = "30 2 * * *"\ndst_fold = "twice"\n',
+            "triggers[0] (id \"tr\"): dst_fold: 'twice' is not one of first, last, both",
+        ),
     ],
-    ids=["cron-237-chars", "timezone-65-chars", "nested-900", "huge-integer"],
+    ids=[
+        "cron-237-chars",
+        "timezone-65-chars",
+        "nested-900",
+        "huge-integer",
+        "dst-gap",
+        "dst-fold",
+    ],
 )
 def test_a_bad_publish_file_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
     """Rule: a publish file that passes the cron parser but not the database's limits,
