@@ -54,6 +54,8 @@ def _claim_from_row(row: Any) -> Claim:
         task_revision=row["task_revision"],
         execution_revision_id=row["execution_revision_id"],
         locator=row["locator"],
+        dst_gap=row["dst_gap"],
+        dst_fold=row["dst_fold"],
     )
 
 

@@ -154,6 +154,8 @@ async def _publish_triggers(
             [active[t.project] and t.enabled for t in rows],
             [changes[i] == "added" for i in written],
             now,
+            [t.dst_gap for t in rows],
+            [t.dst_fold for t in rows],
         )
     return changes
 
@@ -169,6 +171,8 @@ def _stored_trigger(row: Any, *, enabled: bool) -> TriggerEntry:
         misfire=row["misfire_policy"],
         misfire_grace_ms=row["misfire_grace_ms"],
         enabled=enabled,
+        dst_gap=row["dst_gap"],
+        dst_fold=row["dst_fold"],
     )
 
 

@@ -35,9 +35,12 @@ from tests.integration.schema_support import (
     acl_snapshot,
     clean_env,
     empty_database,
+    fetch,
     fetchval,
     ledger,
     readiness,
+    refusal,
+    seed_trigger,
 )
 from tests.support.pg import PgCluster, TestDatabase, sql_run
 
@@ -228,6 +231,40 @@ def test_a_pending_migration_is_applied_once_as_the_owner(
         hashlib.sha256(PROBE_SQL.encode()).hexdigest(),
     )
     assert run_migrate(su).applied == []
+
+
+def test_upgrading_to_0005_gives_existing_triggers_the_default_dst_policy(
+    pg_cluster: PgCluster, schema_copy: Path
+) -> None:
+    """Rule: a database at 0004 holding a trigger upgrades to 0005 (and whatever follows):
+    the existing row gets ``dst_gap = 'shift'`` and ``dst_fold = 'first'``, the rule it was
+    scheduled by so far, the CHECKs refuse another value, and readiness holds after."""
+    later = {
+        f.name: f.read_bytes()
+        for f in schema_copy.iterdir()
+        if f.name[:4].isdigit() and f.name[:4] >= "0005"
+    }
+    assert "0005_dst_policy.sql" in later
+    for file_name in later:
+        (schema_copy / file_name).unlink()
+    with empty_database(pg_cluster) as name:
+        su = pg_cluster.dsn(name)
+        assert run_migrate(su).applied == [m for m in MIGRATIONS if m[:4] < "0005"]
+        seed_trigger(pg_cluster.dsn(name, "qlsched_admin"))
+        for file_name, text in later.items():
+            (schema_copy / file_name).write_bytes(text)
+        assert run_migrate(su).applied == sorted(later)
+        assert [tuple(r) for r in fetch(su, "SELECT dst_gap, dst_fold FROM qlsched.triggers")] == [
+            ("shift", "first")
+        ]
+        for column, value in (("dst_gap", "later"), ("dst_fold", "twice")):
+            error = refusal(
+                pg_cluster.dsn(name, "qlsched_admin"),
+                f"UPDATE qlsched.triggers SET {column} = $1",  # noqa: S608 - fixed names
+                value,
+            )
+            assert isinstance(error, asyncpg.CheckViolationError)
+        assert readiness(pg_cluster.dsn(name, "qlsched_runtime")).ready
 
 
 def test_an_edited_migration_is_refused_naming_the_file(

@@ -73,13 +73,13 @@ claimed AS (
            CASE WHEN s.next_fire_at_ms = s.catch_up_at_ms THEN 'fire_once'
                 ELSE t.misfire_policy END AS misfire_policy,
            t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
-           t.execution_revision_id
+           t.execution_revision_id, t.dst_gap, t.dst_fold
 )
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
        c.updated_at_ms, c.ctid::text AS locator, c.cron, c.timezone, c.misfire_policy,
        c.misfire_grace_ms, c.content_digest, c.task_id, c.task_revision,
-       c.execution_revision_id
+       c.execution_revision_id, c.dst_gap, c.dst_fold
   FROM claimed AS c
  ORDER BY COALESCE(c.next_fire_at_ms, -1), c.project_id, c.trigger_id;
 
