@@ -66,6 +66,8 @@ def trigger(
     misfire_grace_ms: int = 60_000,
     enabled: bool = True,
     timezone: str = "UTC",
+    dst_gap: str = "shift",
+    dst_fold: str = "first",
 ) -> TriggerEntry:
     return TriggerEntry(
         project=project,
@@ -76,6 +78,8 @@ def trigger(
         misfire=misfire,  # type: ignore[arg-type]
         misfire_grace_ms=misfire_grace_ms,
         enabled=enabled,
+        dst_gap=dst_gap,  # type: ignore[arg-type]
+        dst_fold=dst_fold,  # type: ignore[arg-type]
     )
 
 
@@ -105,14 +109,15 @@ def one_project(
 # --- decisions -------------------------------------------------------------------------------
 
 
-def decision_for(claim: Claim) -> Decision:
-    """What the coordinator would decide for this claim (its own database time as now)."""
+def decision_for(claim: Claim, now_ms: int | None = None) -> Decision:
+    """What the coordinator would decide for this claim: at its own database time as now,
+    or at ``now_ms`` (a chosen instant: the decision a claim taken then would get)."""
     spec = TriggerSpec(
-        cron=parse_cron(claim.cron, claim.timezone),
+        cron=parse_cron(claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold),
         misfire_policy=claim.misfire_policy,  # type: ignore[arg-type]
         misfire_grace_ms=claim.misfire_grace_ms,
     )
-    return decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+    return decide(spec, claim.cursor_ms, claim.claimed_at_ms if now_ms is None else now_ms)
 
 
 def fire_for(claim: Claim) -> FireRequest:
