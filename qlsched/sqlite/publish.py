@@ -82,6 +82,8 @@ def _publish_trigger(
         execution_id,
         digest,
         now,
+        trigger.dst_gap,
+        trigger.dst_fold,
     )
     active = int(project_active and trigger.enabled)
     if row is None:
@@ -107,6 +109,8 @@ def _stored_trigger(project_id: str, row: Any, *, enabled: bool) -> TriggerEntry
         misfire=row[4],
         misfire_grace_ms=row[5],
         enabled=enabled,
+        dst_gap=row[7],
+        dst_fold=row[8],
     )
 
 

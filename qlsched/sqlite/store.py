@@ -262,6 +262,8 @@ class SqliteStore:
                 task_id=r[10],
                 task_revision=r[11],
                 execution_revision_id=uuid.UUID(r[12]),
+                dst_gap=r[13],
+                dst_fold=r[14],
             )
             for r in conn.execute(query("due_rows"), (now, limit))
         ]

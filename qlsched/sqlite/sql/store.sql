@@ -3,7 +3,7 @@
 -- with the spec a decision needs. ?1 now ms, ?2 limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_fire_at_ms,
        t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms, t.content_digest,
-       t.task_id, t.task_revision, t.execution_revision_id
+       t.task_id, t.task_revision, t.execution_revision_id, t.dst_gap, t.dst_fold
   FROM trigger_schedules AS s
   JOIN triggers AS t
     ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
