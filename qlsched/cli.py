@@ -164,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
     p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+    p.add_argument(
+        "--dst-gap",
+        default="shift",
+        metavar="shift|skip",
+        help="a fixed-hour time in a spring-forward gap: at the gap's end, or not that day",
+    )
+    p.add_argument(
+        "--dst-fold",
+        default="first",
+        metavar="first|last|both",
+        help="a fixed-hour time in a repeated hour: its first instant, its last, or both",
+    )
 
     p = subs["local"]
     actions = p.add_subparsers(

@@ -1,7 +1,11 @@
-"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N]``: preview the next N fire times.
+"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N] [--dst-gap G] [--dst-fold F]``: preview
+the next N fire times.
 
 The times come from ``qlsched.core.cron.next_after``, the function every decision uses, so
-the preview is what the scheduler will do, DST included. Each line is ISO 8601 with the UTC
+the preview is what the scheduler will do, DST included: ``--dst-gap``/``--dst-fold`` are a
+trigger's ``dst_gap``/``dst_fold`` (docs/contract.md §10), and a policy other than the
+default is named on a first line starting ``#``, so the default output stays one time a
+line. Each line is ISO 8601 with the UTC
 offset the trigger's zone has at that instant (``2026-03-08T03:00:00-04:00``). A ``--from``
 without an offset is read in ``--tz``; without ``--from`` the preview starts at this
 machine's clock, the one place a process clock is fine: nothing durable depends on it.
@@ -16,7 +20,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from qlsched.core.cron import CronError, next_after, parse_cron
+from qlsched.core.cron import (
+    DST_FOLD_DEFAULT,
+    DST_FOLDS,
+    DST_GAP_DEFAULT,
+    DST_GAPS,
+    CronError,
+    next_after,
+    parse_cron,
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -45,10 +57,20 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.n < 1:
             raise _BadInput(f"-n: must be at least 1, got {args.n}")
-        schedule = parse_cron(args.expression, args.tz)
+        for flag, value, allowed in (
+            ("--dst-gap", args.dst_gap, DST_GAPS),
+            ("--dst-fold", args.dst_fold, DST_FOLDS),
+        ):
+            if value not in allowed:
+                raise _BadInput(f"{flag}: {value!r} is not one of {', '.join(allowed)}")
+        schedule = parse_cron(
+            args.expression, args.tz, dst_gap=args.dst_gap, dst_fold=args.dst_fold
+        )
         zone = ZoneInfo(schedule.timezone)
         t = _start_ms(args.start, zone)
         lines = []
+        if (schedule.dst_gap, schedule.dst_fold) != (DST_GAP_DEFAULT, DST_FOLD_DEFAULT):
+            lines.append(f"# dst_gap = {schedule.dst_gap}, dst_fold = {schedule.dst_fold}")
         for _ in range(args.n):
             t = next_after(schedule, t)
             lines.append(datetime.fromtimestamp(t // 1000, zone).isoformat())

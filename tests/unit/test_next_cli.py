@@ -69,6 +69,83 @@ GOOD = [
         ["2026-01-02T00:00:00+08:00", "2026-01-03T00:00:00+08:00"],
         id="date-only-from-is-midnight-strictly-after",
     ),
+    pytest.param(
+        [
+            "30 2 * * *",
+            "--tz",
+            "America/New_York",
+            "--from",
+            "2026-03-07T12:00",
+            "-n",
+            "2",
+            "--dst-gap",
+            "skip",
+        ],
+        [
+            "# dst_gap = skip, dst_fold = first",
+            "2026-03-09T02:30:00-04:00",
+            "2026-03-10T02:30:00-04:00",
+        ],
+        id="gap-skip-names-the-policy",
+    ),
+    pytest.param(
+        [
+            "30 1 * * *",
+            "--tz",
+            "America/New_York",
+            "--from",
+            "2026-10-31T12:00",
+            "-n",
+            "2",
+            "--dst-fold",
+            "last",
+        ],
+        [
+            "# dst_gap = shift, dst_fold = last",
+            "2026-11-01T01:30:00-05:00",
+            "2026-11-02T01:30:00-05:00",
+        ],
+        id="fold-last",
+    ),
+    pytest.param(
+        [
+            "45 1 * * *",
+            "--tz",
+            "Australia/Lord_Howe",
+            "--from",
+            "2026-04-04T12:00",
+            "-n",
+            "3",
+            "--dst-fold",
+            "both",
+            "--dst-gap",
+            "skip",
+        ],
+        [
+            "# dst_gap = skip, dst_fold = both",
+            "2026-04-05T01:45:00+11:00",
+            "2026-04-05T01:45:00+10:30",
+            "2026-04-06T01:45:00+10:30",
+        ],
+        id="lord-howe-fold-both",
+    ),
+    pytest.param(
+        [
+            "30 2 * * *",
+            "--tz",
+            "America/New_York",
+            "--from",
+            "2026-03-07T12:00",
+            "-n",
+            "1",
+            "--dst-gap",
+            "shift",
+            "--dst-fold",
+            "first",
+        ],
+        ["2026-03-08T03:00:00-04:00"],
+        id="default-policy-spelled-out-adds-no-line",
+    ),
 ]
 
 
@@ -77,7 +154,8 @@ def test_prints_fire_times(
     capsys: pytest.CaptureFixture[str], argv: list[str], out: list[str]
 ) -> None:
     """N fire times strictly after --from, one per line, ISO 8601 with the zone's offset at
-    each instant; a --from without offset is read in --tz."""
+    each instant; a --from without offset is read in --tz; --dst-gap/--dst-fold apply the
+    trigger policy, named on a first ``#`` line when it is not the default."""
     check(capsys, argv, 0, out)
 
 
@@ -88,6 +166,16 @@ BAD = [
     pytest.param(["* * * * *", "--tz", "Mars/Base"], "qlsched next: timezone:", id="zone"),
     pytest.param(["* * * * *", "--from", "yesterday"], "qlsched next: --from:", id="instant"),
     pytest.param(["* * * * *", "-n", "0"], "qlsched next: -n: must be at least 1", id="n-0"),
+    pytest.param(
+        ["* * * * *", "--dst-gap", "later"],
+        "qlsched next: --dst-gap: 'later' is not one of shift, skip",
+        id="dst-gap",
+    ),
+    pytest.param(
+        ["* * * * *", "--dst-fold", "twice"],
+        "qlsched next: --dst-fold: 'twice' is not one of first, last, both",
+        id="dst-fold",
+    ),
     pytest.param(["* * * * *", "-n", "-3"], "qlsched next: -n: must be at least 1", id="n-neg"),
     pytest.param(
         ["0 0 1 1 *", "--from", "9999-06-01T00:00:00Z"],
@@ -99,7 +187,7 @@ BAD = [
 
 @pytest.mark.parametrize(("argv", "err"), BAD)
 def test_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], err: str) -> None:
-    """Bad expression, zone, instant or n < 1: one line on stderr starting with
+    """Bad expression, zone, instant, DST policy or n < 1: one line on stderr starting with
     ``qlsched next: ``, nothing on stdout, exit 2, no traceback."""
     check(capsys, argv, 2, [], err)
 
