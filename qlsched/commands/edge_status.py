@@ -9,6 +9,7 @@ import datetime as dt
 import msgspec
 import trio
 
+from qlsched.core.cron import dst_policy_label
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
@@ -31,9 +32,10 @@ def render(report: EdgeStatus) -> str:
         if s.next_fire_at_ms is not None and s.next_fire_at_ms <= s.now_ms and s.active:
             lag = f"{(s.now_ms - s.next_fire_at_ms) / 1000:.1f}s"
         name = f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)")
+        policy = dst_policy_label(s.dst_gap, s.dst_fold)
         lines.append(
             f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
-            f"{s.skipped_total:>5} {s.coalesced_total:>5}"
+            f"{s.skipped_total:>5} {s.coalesced_total:>5}" + (f"  {policy}" if policy else "")
         )
     lines += ["", "recent runs:"]
     for r in report.recent_runs:

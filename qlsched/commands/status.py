@@ -23,6 +23,7 @@ from rich.table import Table
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.control import ScheduleAction
+from qlsched.core.cron import dst_policy_label
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
@@ -106,7 +107,7 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
         table.add_row(
             f"{s.project_id}/{s.trigger_id}" + _marker(s),
             s.cron,
-            s.timezone,
+            " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
             _iso_s(s.next_fire_at_ms),
             lag,
             s.claim_owner or "-",

@@ -72,6 +72,17 @@ DST_GAPS: tuple[DstGap, ...] = ("shift", "skip")
 DST_FOLDS: tuple[DstFold, ...] = ("first", "last", "both")
 
 
+def dst_policy_label(dst_gap: str, dst_fold: str) -> str:
+    """The policy's non-default parts as ``dst_gap=skip dst_fold=both`` (empty for the
+    default): what ``status`` and ``next`` show beside a trigger's zone."""
+    parts = []
+    if dst_gap != DST_GAP_DEFAULT:
+        parts.append(f"dst_gap={dst_gap}")
+    if dst_fold != DST_FOLD_DEFAULT:
+        parts.append(f"dst_fold={dst_fold}")
+    return " ".join(parts)
+
+
 class CronSchedule(msgspec.Struct, frozen=True):
     """A parsed, validated expression; build it with ``parse_cron``, never by hand.
 

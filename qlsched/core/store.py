@@ -60,6 +60,9 @@ class ScheduleRow(msgspec.Struct, frozen=True):
     """Occurrences the ``skip`` policy dropped because they were found past the grace."""
     coalesced_total: int
     """Occurrences passed over by a Fire that admitted an earlier one (either policy)."""
+    dst_gap: str = "shift"
+    dst_fold: str = "first"
+    """The trigger's DST policy (docs/contract.md §3)."""
     paused_at_ms: int | None = None
     """When the trigger was paused (None while it runs; always None on Edge)."""
     pause_note: str | None = None

@@ -70,6 +70,8 @@ def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[Sc
             skipped_total=r[8],
             coalesced_total=r[9],
             now_ms=now_ms,
+            dst_gap=r[10],
+            dst_fold=r[11],
         )
         for r in conn.execute(query("schedules_list"), (limit,))
     ]

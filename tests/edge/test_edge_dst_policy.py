@@ -18,12 +18,14 @@ import pytest
 import trio
 
 import qlsched.sqlite.migrate as migrate_module
+from qlsched.commands.edge_status import render
 from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
+from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import read
 
@@ -169,3 +171,17 @@ async def test_prune_and_repin_keep_the_policy(edge: tuple[EdgeDatabase, list[in
     assert read(Path(db.path), "SELECT revision, enabled, dst_gap, dst_fold FROM triggers") == [
         (3, 0, "skip", "both")
     ]
+
+
+async def test_edge_status_names_a_non_default_policy(
+    edge: tuple[EdgeDatabase, list[int]],
+) -> None:
+    """Rule: ``edge status`` ends a trigger's line with its policy when it is not the
+    default, and its JSON rows carry both fields."""
+    db, now = edge
+    await _publish(db, now, spec_file("skip", "first"))
+    report = await db.call(lambda conn: read_status(conn, db.path, now[0]))
+    [line] = [line for line in render(report).splitlines() if line.startswith("p/g")]
+    assert line.endswith("  dst_gap=skip")
+    [row] = report.schedules
+    assert (row.dst_gap, row.dst_fold) == ("skip", "first")

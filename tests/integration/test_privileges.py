@@ -77,6 +77,8 @@ TRIGGER_SPEC_COLUMNS = (
     "task_revision",
     "execution_revision_id",
     "content_digest",
+    "dst_gap",
+    "dst_fold",
 )
 
 

@@ -41,12 +41,19 @@ ROW_KEYS = {
     "pause_note",
     "paused_total",
     "actions",
+    "dst_gap",
+    "dst_fold",
 }
 
 
-def _trigger(trigger_id: str, timezone: str) -> TriggerEntry:
+def _trigger(trigger_id: str, timezone: str, dst_fold: str = "first") -> TriggerEntry:
     return TriggerEntry(
-        project=PROJECT, id=trigger_id, task="task", cron="0 3 * * *", timezone=timezone
+        project=PROJECT,
+        id=trigger_id,
+        task="task",
+        cron="0 3 * * *",
+        timezone=timezone,
+        dst_fold=dst_fold,  # type: ignore[arg-type]
     )
 
 
@@ -104,6 +111,24 @@ async def test_the_table_has_a_zone_column_and_is_plain_off_a_terminal(
     rows = [line for line in lines if long_id in line]
     assert len(rows) == 1
     assert "America/New_York" in rows[0]
+
+
+async def test_a_non_default_dst_policy_is_shown(pg_db: TestDatabase) -> None:
+    """Rule: ``status`` names a trigger's DST policy beside its zone when it is not the
+    default, and ``--json`` gives both fields of every row."""
+    await publish_triggers(
+        pg_db, [_trigger("plain", "Europe/London"), _trigger("twice", "Europe/London", "both")]
+    )
+    text = run_cli(["status", "--dsn", pg_db.observer_dsn])
+    assert text.returncode == 0, text.stderr
+    rows = {line.split()[0]: line for line in text.stdout.splitlines() if "Europe/London" in line}
+    assert "Europe/London dst_fold=both" in rows[f"{PROJECT}/twice"]
+    assert "dst_" not in rows[f"{PROJECT}/plain"]
+    report = json.loads(run_cli(["status", "--json", "--dsn", pg_db.observer_dsn]).stdout)
+    assert [(r["dst_gap"], r["dst_fold"]) for r in report["schedules"]] == [
+        ("shift", "first"),
+        ("shift", "both"),
+    ]
 
 
 class _Terminal(io.StringIO):

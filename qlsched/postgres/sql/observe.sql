@@ -32,13 +32,14 @@ SELECT pg_catalog.count(*)::bigint
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total,
-       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
+       t.dst_gap, t.dst_fold
   FROM (SELECT *
           FROM qlsched.trigger_schedules AS p
          WHERE (p.project_id, p.trigger_id) > ($1::text, $2::text)
          ORDER BY p.project_id, p.trigger_id
          LIMIT $3) AS s
- CROSS JOIN LATERAL (SELECT g.cron, g.timezone
+ CROSS JOIN LATERAL (SELECT g.cron, g.timezone, g.dst_gap, g.dst_fold
                        FROM qlsched.triggers AS g
                       WHERE g.project_id = s.project_id AND g.trigger_id = s.trigger_id
                       LIMIT 1) AS t
