@@ -145,6 +145,8 @@ class _Schedule(msgspec.Struct, frozen=True):
     timezone: str
     misfire_policy: str
     misfire_grace_ms: int
+    dst_gap: str = "shift"
+    dst_fold: str = "first"
 
 
 def _run_problems(run: _Run) -> tuple[list[str], list[str], list[str]]:
@@ -177,7 +179,9 @@ def _run_problems(run: _Run) -> tuple[list[str], list[str], list[str]]:
 
 def _expected(schedule: _Schedule, first_ms: int, end_ms: int) -> list[int]:
     """Core's occurrences in ``[first_ms, end_ms)``."""
-    cron = parse_cron(schedule.cron, schedule.timezone)
+    cron = parse_cron(
+        schedule.cron, schedule.timezone, dst_gap=schedule.dst_gap, dst_fold=schedule.dst_fold
+    )
     found: list[int] = []
     t = next_after(cron, first_ms - 1)
     while t < end_ms:

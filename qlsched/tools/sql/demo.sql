@@ -5,7 +5,7 @@
 -- Run (skipped by policy, passed over by a late Fire). No parameters.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, s.next_fire_at_ms,
        s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total, s.claim_version,
-       t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms
+       t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms, t.dst_gap, t.dst_fold
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id;
