@@ -229,9 +229,9 @@ async def test_spec_parsed_once_per_revision(
     parsed: list[tuple[str, str]] = []
     real_parse = cron_module.parse_cron
 
-    def counting_parse(expression: str, timezone: str = "UTC") -> CronSchedule:
+    def counting_parse(expression: str, timezone: str = "UTC", **policy: str) -> CronSchedule:
         parsed.append((expression, timezone))
-        return real_parse(expression, timezone)
+        return real_parse(expression, timezone, **policy)
 
     monkeypatch.setattr(coordinator_module, "parse_cron", counting_parse)
     r = make_replica()
