@@ -3,7 +3,7 @@ the next N fire times.
 
 The times come from ``qlsched.core.cron.next_after``, the function every decision uses, so
 the preview is what the scheduler will do, DST included: ``--dst-gap``/``--dst-fold`` are a
-trigger's ``dst_gap``/``dst_fold`` (docs/contract.md §10), and a policy other than the
+trigger's ``dst_gap``/``dst_fold`` (docs/contract.md §3), and a policy other than the
 default is named on a first line starting ``#``, so the default output stays one time a
 line. Each line is ISO 8601 with the UTC
 offset the trigger's zone has at that instant (``2026-03-08T03:00:00-04:00``). A ``--from``

@@ -23,7 +23,7 @@ DST: the hour field is *wildcard* when it begins with ``*`` and *fixed* otherwis
   time fires once, at its first instant (``fold=0``); matching wall times in a gap all fire
   once, at the first instant after the gap (``03:00:00`` in New York: seconds and minutes
   reset). Never a missed day, never a double daily run.
-- a fixed hour's policy per trigger (docs/contract.md §10): ``dst_gap="skip"`` fires no gap
+- a fixed hour's policy per trigger (docs/contract.md §3): ``dst_gap="skip"`` fires no gap
   wall time (that day has none); ``dst_fold="last"`` fires a repeated wall time at its second
   instant only, ``"both"`` at both. A wildcard hour ignores the policy: it is already real
   time, which is ``skip`` and ``both``. So the stepping below knows two effective switches,

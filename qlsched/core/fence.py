@@ -52,7 +52,7 @@ class Claim(msgspec.Struct, frozen=True):
     the key and the whole fence, and a stale locator only costs a second try by key."""
     dst_gap: str = "shift"
     dst_fold: str = "first"
-    """The trigger's DST policy (docs/contract.md §10), read with its cron and zone; the
+    """The trigger's DST policy (docs/contract.md §3), read with its cron and zone; the
     defaults are the rule of triggers published before the policy existed."""
 
     @property

@@ -1,4 +1,4 @@
--- 0005: the DST policy per trigger (docs/contract.md §10). `dst_gap`: a fixed-hour wall time
+-- 0005: the DST policy per trigger (docs/contract.md §3). `dst_gap`: a fixed-hour wall time
 -- in a spring-forward gap fires at the gap's end ('shift') or not that day ('skip');
 -- `dst_fold`: one in a repeated hour fires at its first instant, its last, or both. The
 -- defaults are the rule every trigger had before, so existing rows keep their behaviour.

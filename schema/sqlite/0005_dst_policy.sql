@@ -1,5 +1,5 @@
 -- 0005, numbered as its PostgreSQL counterpart: the DST policy per trigger (docs/contract.md
--- §10), with the same names, defaults and allowed values. Existing triggers get the defaults,
+-- §3), with the same names, defaults and allowed values. Existing triggers get the defaults,
 -- the rule they were scheduled by so far. Forward-only: never edit after release.
 
 ALTER TABLE triggers ADD COLUMN dst_gap TEXT NOT NULL DEFAULT 'shift'

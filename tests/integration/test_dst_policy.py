@@ -1,4 +1,4 @@
-"""The DST policy per trigger on PostgreSQL (docs/contract.md §10): published with the
+"""The DST policy per trigger on PostgreSQL (docs/contract.md §3): published with the
 trigger, returned by the claim, used by the decision, part of the revision.
 
 The database clock cannot be moved, so decisions at a transition are taken the way a claim

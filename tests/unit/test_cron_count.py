@@ -74,7 +74,7 @@ POLICY_ZONES = ["America/New_York", "Europe/London", "Australia/Lord_Howe"]
 def test_counts_under_every_dst_policy(
     expression: str, zone: str, gap: str, fold: str, data: st.DataObject
 ) -> None:
-    """Rule (docs/contract.md §10): under every ``dst_gap`` x ``dst_fold`` policy, over a
+    """Rule (docs/contract.md §3): under every ``dst_gap`` x ``dst_fold`` policy, over a
     range across a real transition, ``count_between`` equals both the occurrences
     ``next_after`` steps through and a brute-force walk over instants applying the policy
     literally (``fires_at``), so the passed-over count ``decide`` records is exact."""

@@ -1,4 +1,4 @@
-"""DST policy per trigger (docs/contract.md §10), every combination pinned.
+"""DST policy per trigger (docs/contract.md §3), every combination pinned.
 
 ``dst_gap`` decides a fixed-hour wall time inside a spring-forward gap (``shift``: at the
 first instant after the gap; ``skip``: not that day) and ``dst_fold`` one in a repeated hour

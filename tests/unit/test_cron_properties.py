@@ -332,7 +332,7 @@ def brute_next(ref: Reference, tz: ZoneInfo, after: int, horizon: int, step: int
 
 
 def fires_at(ref: Reference, tz: ZoneInfo, u: int, step: int, gap: str, fold: str) -> bool:
-    """Whether docs/contract.md §3 and §10 fire instant ``u`` under a DST policy, read
+    """Whether docs/contract.md §3 fires instant ``u`` under a DST policy, read
     literally: a matching wall time fires at an instant of it unless it is a fold's first
     pass and only second instants fire (``last``) or its second pass and only first ones do
     (``first``); under ``shift`` the instant ending a gap fires when a gap wall time matches.

@@ -1,4 +1,4 @@
-"""The DST policy in the publish file (docs/contract.md §10): two trigger fields, validated
+"""The DST policy in the publish file (docs/contract.md §3): two trigger fields, validated
 before any connection, and part of the trigger's digest, so a changed policy is a new
 revision and an unchanged file stays a no-op."""
 
