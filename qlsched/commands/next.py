@@ -5,10 +5,10 @@ The times come from ``qlsched.core.cron.next_after``, the function every decisio
 the preview is what the scheduler will do, DST included: ``--dst-gap``/``--dst-fold`` are a
 trigger's ``dst_gap``/``dst_fold`` (docs/contract.md §3), and a policy other than the
 default is named on a first line starting ``#``, so the default output stays one time a
-line. Each line is ISO 8601 with the UTC
-offset the trigger's zone has at that instant (``2026-03-08T03:00:00-04:00``). A ``--from``
-without an offset is read in ``--tz``; without ``--from`` the preview starts at this
-machine's clock, the one place a process clock is fine: nothing durable depends on it.
+line. Each time is ISO 8601 with the UTC offset the trigger's zone has at that instant
+(``2026-03-08T03:00:00-04:00``). A ``--from`` without an offset is read in ``--tz``;
+without ``--from`` the preview starts at this machine's clock, the one place a process clock
+is fine: nothing durable depends on it.
 Bad input prints one line starting ``qlsched next: `` to stderr and exits 2.
 """
 
