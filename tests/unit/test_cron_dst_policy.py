@@ -22,6 +22,8 @@ import pytest
 
 from qlsched.core.cron import CronError, next_after, parse_cron
 from qlsched.core.cron_count import count_between
+from qlsched.core.decide import TriggerSpec, decide
+from qlsched.core.outcomes import Fire
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NY, LONDON, LORD_HOWE = "America/New_York", "Europe/London", "Australia/Lord_Howe"
@@ -231,3 +233,25 @@ def test_bad_policy_names_its_field(gap: str, fold: str, message: str) -> None:
     with pytest.raises(CronError) as caught:
         parse_cron("30 2 * * *", NY, dst_gap=gap, dst_fold=fold)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("fold", "next_iso", "passed"),
+    [
+        ("first", "2026-11-01T01:30:00-04:00", 1),
+        ("last", "2026-11-01T01:30:00-05:00", 1),
+        ("both", "2026-11-01T01:30:00-04:00", 2),
+    ],
+)
+def test_decide_uses_the_specs_policy(fold: str, next_iso: str, passed: int) -> None:
+    """``decide`` follows the policy its spec's cron was parsed with: the cursor after the
+    day before's 01:30 is the fall-back day's first, second or first 01:30, and a
+    ``fire_once`` Fire found after both passes over one, one or two occurrences."""
+    spec = TriggerSpec(cron=parse_cron("30 1 * * *", NY, dst_fold=fold), misfire_policy="fire_once")
+    day_before = _ms("2026-10-31T01:30:00-04:00")
+    on_time = decide(spec, day_before, day_before)
+    assert on_time == Fire(scheduled_for_ms=day_before, next_ms=_ms(next_iso), coalesced=0)
+    late = decide(spec, day_before, _ms("2026-11-01T01:45:00-05:00"))
+    assert late == Fire(
+        scheduled_for_ms=day_before, next_ms=_ms("2026-11-02T01:30:00-05:00"), coalesced=passed
+    )
