@@ -26,6 +26,7 @@ from qlsched.core.cron import CronSchedule, _month, _offset_at, _transition, _zo
 
 _DAY = 86_400
 _EPOCH_ORDINAL = 719_163  # date(1970, 1, 1).toordinal()
+_MAX_ORDINAL = date.max.toordinal()
 _PROBE_S = 6 * 3600
 """Transitions are found by comparing offsets this far apart: zones change offset at most
 a few times a year, never twice within six hours."""
@@ -56,7 +57,8 @@ def _year_transitions(zone: ZoneInfo, name: str, year: int) -> tuple[tuple[int, 
 
 
 def _year_of(instant: int) -> int:
-    return date.fromordinal(instant // _DAY + _EPOCH_ORDINAL).year
+    # Clamped: the look-ahead past ``b`` may reach beyond 9999-12-31, which has no date.
+    return date.fromordinal(min(instant // _DAY + _EPOCH_ORDINAL, _MAX_ORDINAL)).year
 
 
 def _transitions(zone: ZoneInfo, name: str, lo: int, hi: int) -> list[tuple[int, int, int]]:
