@@ -46,7 +46,9 @@ Key = tuple[str, str]
 
 def _schedule_of(row: Any) -> CronSchedule:
     """The revision's cron as the coordinator builds it from a claim (same inputs)."""
-    return parse_cron(row["cron"], row["timezone"])
+    return parse_cron(
+        row["cron"], row["timezone"], dst_gap=row["dst_gap"], dst_fold=row["dst_fold"]
+    )
 
 
 async def _locked(conn: Connection, ref: TriggerRef) -> tuple[Any, int]:

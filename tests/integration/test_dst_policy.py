@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
+from itertools import takewhile
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -19,9 +20,13 @@ import pytest
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
+from qlsched.core.control import Resumed, ResumeOutcome, TriggerRef
+from qlsched.core.cron import iter_after, parse_cron
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, Fire, Initialize, Initialized
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from qlsched.postgres.control import pause, resume
+from qlsched.postgres.pool import Connection
 from tests.integration.adapter_support import LEASE_MS, Env, decision_for, open_env, trigger
 from tests.support.pg import TestDatabase
 
@@ -182,3 +187,31 @@ async def test_prune_and_repin_keep_the_policy(env: Env) -> None:
         ("kept", True, 2, "skip", "last"),
         ("pruned", False, 3, "skip", "both"),
     ]
+
+
+@pytest.mark.parametrize("fold", ["first", "both"])
+async def test_resume_counts_the_pause_by_the_triggers_policy(env: Env, fold: str) -> None:
+    """Rule: a resume counts the occurrences inside a pause with the trigger's DST policy,
+    as the replicas would have fired them: a pause over the last fall-back day counts its
+    01:30 twice under ``both``, once under ``first``."""
+    day = _transition_day(await env.now_ms(), step=-1, fold=True)
+    first = _ms(datetime(day.year, day.month, day.day, 1, 30, tzinfo=NY))
+    await env.publish(_publish_file(("g", "30 1 * * *", "shift", fold)))
+
+    async def pause_it(conn: Connection) -> object:
+        return await pause(conn, TriggerRef("p", "g"), note=None, actor=None)
+
+    async def resume_it(conn: Connection) -> ResumeOutcome:
+        return await resume(conn, TriggerRef("p", "g"), catch_up="skip", actor=None)
+
+    await env.admin(pause_it)
+    await env.set_cursor("p", "g", first)
+    outcome = await env.admin(resume_it)
+
+    assert isinstance(outcome, Resumed), outcome
+    schedule = parse_cron("30 1 * * *", NY.key, dst_fold=fold)
+    inside = list(takewhile(lambda t: t <= outcome.resumed_at_ms, iter_after(schedule, first - 1)))
+    assert outcome.inside == len(inside)
+    days = len(list(takewhile(lambda t: t <= outcome.resumed_at_ms, iter_after(
+        parse_cron("30 1 * * *", NY.key), first - 1))))  # fmt: skip
+    assert len(inside) == days + (1 if fold == "both" else 0)

@@ -2,7 +2,7 @@
 -- The schedule row a pause or resume acts on, locked (admin, READ COMMITTED), with what the
 -- resume plan needs of its trigger and project. $1 project, $2 trigger.
 SELECT s.trigger_revision, s.next_fire_at_ms, s.paused_at_ms, s.pause_note,
-       t.cron, t.timezone, t.updated_at_ms AS revised_at_ms,
+       t.cron, t.timezone, t.dst_gap, t.dst_fold, t.updated_at_ms AS revised_at_ms,
        t.enabled AND t.revision = s.trigger_revision AND p.state = 'active' AS schedulable
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
