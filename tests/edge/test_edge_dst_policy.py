@@ -19,7 +19,6 @@ import trio
 
 import qlsched.sqlite.migrate as migrate_module
 from qlsched.commands.edge_status import render
-from qlsched.core.diagnostics import MemorySink
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.sqlite.database import EdgeDatabase, open_checked
@@ -28,6 +27,7 @@ from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import read
+from tests.support.memory_sink import MemorySink
 
 NY = ZoneInfo("America/New_York")
 FIRST = int(datetime(2026, 11, 1, 1, 30, tzinfo=NY).timestamp()) * 1000  # 05:30Z
