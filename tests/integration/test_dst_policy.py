@@ -77,7 +77,7 @@ async def _admit_through(env: Env, start_ms: int, until_ms: int) -> list[Admitte
     [claim] = await env.store.claim("r1", 1, LEASE_MS)
     decision = decision_for(claim, now_ms=start_ms)
     assert isinstance(decision, Initialize)
-    assert isinstance(await env.store.initialize(claim, decision.next_ms), Initialized)
+    assert isinstance(await env.store.initialize(claim, decision), Initialized)
     admitted: list[Admitted] = []
     while True:
         [claim] = await env.store.claim("r1", 1, LEASE_MS)
@@ -147,7 +147,7 @@ async def test_republishing_with_another_policy_is_a_new_revision(env: Env) -> N
     await env.publish(_publish_file(("g", "30 1 * * *", "shift", "first")))
     [claim] = await env.store.claim("r1", 1, LEASE_MS)
     assert (claim.trigger_revision, claim.dst_gap, claim.dst_fold) == (1, "shift", "first")
-    await env.store.initialize(claim, claim.claimed_at_ms + 3_600_000)
+    await env.store.initialize(claim, Initialize(next_ms=claim.claimed_at_ms + 3_600_000))
 
     changed = await env.publish(_publish_file(("g", "30 1 * * *", "skip", "both")))
 
