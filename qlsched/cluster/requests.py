@@ -122,7 +122,7 @@ class RequestsPass:
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find
         requests recorded while no replica ran)."""
-        self._crons: dict[tuple[str, str], CronSchedule] = {}
+        self._crons: dict[tuple[str, str, str, str], CronSchedule] = {}
         self._sink = sink
         registry = metrics.registry
         self.outcomes: Final = Counter(
@@ -212,11 +212,13 @@ class RequestsPass:
         return _chunk(claim, picked.occurrences, keys, cursor_ms=picked.cursor_ms, done=picked.done)
 
     def _cron(self, claim: RequestClaim) -> CronSchedule | None:
-        key = (claim.cron, claim.timezone)
+        key = (claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold)
         cron = self._crons.get(key)
         if cron is None:
             try:
-                cron = parse_cron(claim.cron, claim.timezone)
+                cron = parse_cron(
+                    claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
+                )
             except (CronError, ZoneInfoNotFoundError) as exc:
                 self._sink.emit(
                     Diagnostic(

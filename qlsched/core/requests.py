@@ -19,7 +19,7 @@ from typing import Final, Literal, Protocol
 
 import msgspec
 
-from qlsched.core.cron import CronSchedule, next_after
+from qlsched.core.cron import CronSchedule, DstFold, DstGap, next_after
 from qlsched.core.cron_count import count_between
 from qlsched.core.fence import ClaimFence
 
@@ -101,6 +101,8 @@ class RequestClaim(msgspec.Struct, frozen=True):
     """The trigger's revision now: another one and the admit refuses the request."""
     cron: str
     timezone: str
+    dst_gap: DstGap
+    dst_fold: DstFold
     trigger_digest: str
     task_revision: int
     execution_revision_id: uuid.UUID

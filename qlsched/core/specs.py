@@ -211,20 +211,21 @@ def sha256_hex(text: str) -> str:
 
 def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
     """Digest of everything that defines a trigger revision, the task's content included,
-    so a changed task gives its triggers new revisions (and old claims fail their fence)."""
-    return hashlib.sha256(
-        _canonical(
-            {
-                "cron": trigger.cron,
-                "dst_fold": trigger.dst_fold,
-                "dst_gap": trigger.dst_gap,
-                "enabled": trigger.enabled,
-                "kind": "cron",
-                "misfire": trigger.misfire,
-                "misfire_grace_ms": trigger.misfire_grace_ms,
-                "task": trigger.task,
-                "task_digest": task_digest,
-                "timezone": trigger.timezone,
-            }
-        )
-    ).hexdigest()
+    so a changed task gives its triggers new revisions (and old claims fail their fence).
+    A DST policy joins it only when it is not the default, so the digests of triggers
+    published before the policy existed stay the same (no re-revision on upgrade)."""
+    fields: dict[str, object] = {
+        "cron": trigger.cron,
+        "enabled": trigger.enabled,
+        "kind": "cron",
+        "misfire": trigger.misfire,
+        "misfire_grace_ms": trigger.misfire_grace_ms,
+        "task": trigger.task,
+        "task_digest": task_digest,
+        "timezone": trigger.timezone,
+    }
+    if trigger.dst_gap != DST_GAP_DEFAULT:
+        fields["dst_gap"] = trigger.dst_gap
+    if trigger.dst_fold != DST_FOLD_DEFAULT:
+        fields["dst_fold"] = trigger.dst_fold
+    return hashlib.sha256(_canonical(fields)).hexdigest()

@@ -85,7 +85,15 @@ async def _record(
             assert max_occurrences is not None
             if span[1] > row["now_ms"]:
                 return NotRecorded(project_id, trigger_id, "future")
-            total = backfill_count(parse_cron(row["cron"], row["timezone"]), *span)
+            total = backfill_count(
+                parse_cron(
+                    row["cron"],
+                    row["timezone"],
+                    dst_gap=row["dst_gap"],
+                    dst_fold=row["dst_fold"],
+                ),
+                *span,
+            )
             if total > max_occurrences:
                 return NotRecorded(
                     project_id, trigger_id, "too_many", count=total, max=max_occurrences
@@ -194,6 +202,8 @@ def _claim_from_row(row: Any) -> RequestClaim:
         current_revision=row["current_revision"],
         cron=row["cron"],
         timezone=row["timezone"],
+        dst_gap=row["dst_gap"],
+        dst_fold=row["dst_fold"],
         trigger_digest=row["content_digest"],
         task_revision=row["task_revision"],
         execution_revision_id=row["execution_revision_id"],

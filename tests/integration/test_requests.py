@@ -286,6 +286,28 @@ async def test_backfill_admits_in_chunks_of_the_budget_with_a_durable_cursor(
         ]
 
 
+@pytest.mark.parametrize(("dst_fold", "instants"), [("first", 1), ("both", 2)])
+async def test_backfill_enumerates_by_the_triggers_dst_policy(
+    pg_db: TestDatabase, dst_fold: str, instants: int
+) -> None:
+    """Rule: a backfill counts and admits the occurrences the trigger's own DST policy gives:
+    01:30 in New York on the fold of 2026-11-01 is one occurrence under ``first`` and two
+    (05:30Z and 06:30Z, two keys) under ``both``."""
+    fold_first = 1_793_511_000_000  # 2026-11-01T05:30:00Z, 01:30 EDT
+    hour = 60 * MINUTE_MS
+    async with open_env(pg_db) as env:
+        await env.publish(_file(cron="30 1 * * *", timezone="America/New_York", dst_fold=dst_fold))
+        recorded = await _backfill(env, fold_first - hour, fold_first + 2 * hour)
+        assert isinstance(recorded, Recorded)
+        assert recorded.total == instants
+        rp = await _pass(env)
+        await rp.run()
+        rev = recorded.trigger_revision
+        assert await _keys(env) == [
+            idempotency_key("t0000", rev, fold_first + i * hour) for i in range(instants)
+        ]
+
+
 async def test_backfill_over_a_range_cron_partly_admitted_counts_and_never_duplicates(
     pg_db: TestDatabase,
 ) -> None:

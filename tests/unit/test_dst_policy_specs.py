@@ -4,6 +4,9 @@ revision and an unchanged file stays a no-op."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from qlsched.core.specs import SpecError, TriggerEntry, decode_publish_file, trigger_digest
@@ -58,3 +61,23 @@ def test_a_bad_policy_is_one_line_naming_the_field(line: bytes, message: str) ->
     with pytest.raises(SpecError) as caught:
         decode_publish_file(HEAD + line)
     assert str(caught.value) == f'triggers[0] (id "tr"): {message}'
+
+
+def test_a_default_policy_keeps_the_digest_triggers_had_before_it_existed() -> None:
+    """Rule: a default policy adds nothing to the digest, so a trigger published before
+    migration 0005 keeps its digest (and revision) when the same file is published again
+    after the upgrade. The digest before the policy: SHA-256 of the canonical JSON (sorted
+    keys, no spaces) of the trigger's other fields."""
+    trigger = entry()
+    before = {
+        "cron": trigger.cron,
+        "enabled": trigger.enabled,
+        "kind": "cron",
+        "misfire": trigger.misfire,
+        "misfire_grace_ms": trigger.misfire_grace_ms,
+        "task": trigger.task,
+        "task_digest": "0" * 64,
+        "timezone": trigger.timezone,
+    }
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert trigger_digest(trigger, "0" * 64) == hashlib.sha256(text.encode()).hexdigest()

@@ -2,7 +2,8 @@
 -- What a new request is checked against (admin, before recording it): the trigger's
 -- revision, enabled flag, cron and zone, its project's state, and the database time.
 -- $1 = project, $2 = trigger. No row: no such trigger.
-SELECT t.revision, t.enabled, t.cron, t.timezone, p.state AS project_state,
+SELECT t.revision, t.enabled, t.cron, t.timezone, t.dst_gap, t.dst_fold,
+       p.state AS project_state,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
   FROM qlsched.triggers AS t
   JOIN qlsched.projects AS p ON p.project_id = t.project_id
@@ -54,7 +55,8 @@ SELECT now.ms AS now_ms,
        c.request_id, c.project_id, c.trigger_id, c.trigger_revision, c.kind,
        c.created_at_ms, c.from_ms, c.to_ms, c.cursor_ms, c.claim_owner, c.claim_token,
        c.claim_version, c.claim_expires_at_ms, c.updated_at_ms AS claimed_at_ms,
-       t.revision AS current_revision, t.cron, t.timezone, t.content_digest,
+       t.revision AS current_revision, t.cron, t.timezone, t.dst_gap, t.dst_fold,
+       t.content_digest,
        t.task_revision, t.execution_revision_id, s.next_fire_at_ms AS schedule_cursor_ms
   FROM now
   LEFT JOIN claimed AS c ON true
