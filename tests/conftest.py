@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.interleave.tally import TALLY
 from tests.support.pg import (
     PgCluster,
     TestDatabase,
@@ -34,3 +36,33 @@ def pg_db(pg_cluster: PgCluster) -> Iterator[TestDatabase]:
         yield db
     finally:
         drop_database(db)
+
+
+# The interleaving explorer's summary line (issue #14 asks for the count). Under
+# pytest-xdist each worker hands its tally to the controller, which prints the sum.
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["interleave"] = TALLY.as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    tally = getattr(node, "workeroutput", {}).get("interleave")
+    if tally:
+        TALLY.add(tally)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TALLY.explorations == 0:
+        return
+    terminalreporter.write_sep("-", "interleaving explorer")
+    terminalreporter.write_line(
+        f"interleave: {TALLY.orderings} orderings explored in {TALLY.explorations} explorations"
+        f" ({TALLY.waits} with a lock wait, {TALLY.reordered} ran a step late behind one),"
+        f" {TALLY.failed} failed"
+    )
+    for line in TALLY.lines:
+        terminalreporter.write_line(f"  {line}")
