@@ -1,4 +1,4 @@
-"""The Edge profile's store: one SQLite file, one writer process, no server (DESIGN.md §11).
+"""The Edge profile's store: one SQLite file, one writer process, no server (docs/contract.md §12).
 
 Layering: ``qlsched.core`` (cron, decide, keys, outcomes), then this package (the SQLite
 adapter, the round loop and its tiny HTTP endpoint), then ``qlsched.commands.edge*``. Nothing

@@ -167,7 +167,7 @@ CREATE TABLE qlsched.capability (
 );
 INSERT INTO qlsched.capability (name, version) VALUES ('qlsched.cluster_scheduler', 1);
 
--- Grants: exactly DESIGN.md §4, nothing to PUBLIC. Readiness compares the catalog to this.
+-- Grants: exactly docs/contract.md §4, nothing to PUBLIC. Readiness compares the catalog to this.
 GRANT USAGE ON SCHEMA qlsched TO qlsched_admin, qlsched_runtime, qlsched_observer;
 
 GRANT SELECT, INSERT, UPDATE ON qlsched.projects, qlsched.tasks, qlsched.execution_revisions,

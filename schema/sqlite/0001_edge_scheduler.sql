@@ -1,4 +1,4 @@
--- The Edge profile (DESIGN.md §11): one SQLite file, one writer process, no lease.
+-- The Edge profile (docs/contract.md §12): one SQLite file, one writer process, no lease.
 -- Tables and columns carry the PostgreSQL schema's names (§4), so the same audit queries
 -- run on both profiles; the claim columns are absent: a cursor compare-and-set fences writes.
 

@@ -1,4 +1,4 @@
-"""The DST policy on the Edge profile (docs/contract.md §3; DESIGN.md §11): the same trigger
+"""The DST policy on the Edge profile (docs/contract.md §3; docs/contract.md §12): the same trigger
 fields, stored in the same columns, read back by the round, decided by the same core; an
 Edge file made before the policy existed is upgraded with the defaults.
 

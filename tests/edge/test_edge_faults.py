@@ -1,4 +1,4 @@
-"""Faults of the Edge profile (DESIGN.md §11, issue #19 item 6): SIGKILL at any moment loses
+"""Faults of the Edge profile (docs/contract.md §12, issue #19 item 6): SIGKILL at any moment loses
 and duplicates nothing; a full disk or a read-only file is one clear error with exit 1 and
 nothing half-written.
 

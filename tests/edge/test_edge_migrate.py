@@ -1,4 +1,4 @@
-"""The Edge file's migration check (DESIGN.md §11, issue #19 items 2 and 6): numbered,
+"""The Edge file's migration check (docs/contract.md §12, issue #19 items 2 and 6): numbered,
 checksummed migrations, checked at every start; a foreign, corrupt, changed or newer file
 is refused with one clear line and exit 1, and a foreign file is not modified."""
 

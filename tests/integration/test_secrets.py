@@ -1,4 +1,4 @@
-"""The secrets sweep (DESIGN.md §4, Secrets): no password is printed, logged, served or
+"""The secrets sweep (docs/contract.md §4, Secrets): no password is printed, logged, served or
 copied into another role's DSN, except a generated role password shown once by init-db.
 
 A server of its own (loopback TCP, scram-sha-256) whose superuser password, the LOGIN

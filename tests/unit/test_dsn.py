@@ -1,4 +1,4 @@
-"""DSN secrets (DESIGN.md §4, Secrets): every form of password is seen and redacted, and a
+"""DSN secrets (docs/contract.md §4, Secrets): every form of password is seen and redacted, and a
 DSN rewritten for another role carries no password but its own.
 
 Forms: the URI's userinfo, its query (``?password=``, ``sslpassword=``), and libpq
