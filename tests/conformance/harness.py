@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.core.store import ScheduleReader, ScheduleStore
 
 
@@ -95,3 +96,53 @@ class StoreHarness(Protocol):
     async def runs(self) -> list[RunRow]:
         """Every Run, ordered by (project_id, trigger_id, scheduled_for_ms)."""
         ...
+
+
+class PublishingHarness:
+    """What the harnesses over a real publisher share: the triggers published so far, and
+    one file that publishes them all again (each project with its one task) whenever a
+    trigger is added or re-published. A subclass says how a file is published."""
+
+    def __init__(self) -> None:
+        self._triggers: dict[tuple[str, str], TriggerEntry] = {}
+
+    async def _publish_file(self, spec: PublishFile) -> None:
+        raise NotImplementedError
+
+    async def _publish(self) -> None:
+        projects = sorted({p for p, _ in self._triggers})
+        await self._publish_file(
+            PublishFile(
+                projects=[ProjectEntry(id=p) for p in projects],
+                tasks=[TaskEntry(project=p, id="task", command="true") for p in projects],
+                triggers=list(self._triggers.values()),
+            )
+        )
+
+    async def add_trigger(
+        self,
+        project_id: str,
+        trigger_id: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        misfire_policy: str = "skip",
+        misfire_grace_ms: int = 60_000,
+        enabled: bool = True,
+    ) -> None:
+        self._triggers[(project_id, trigger_id)] = TriggerEntry(
+            project=project_id,
+            id=trigger_id,
+            task="task",
+            cron=cron,
+            timezone=timezone,
+            misfire=misfire_policy,  # type: ignore[arg-type]
+            misfire_grace_ms=misfire_grace_ms,
+            enabled=enabled,
+        )
+        await self._publish()
+
+    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
+        old = self._triggers[(project_id, trigger_id)]
+        self._triggers[(project_id, trigger_id)] = msgspec.structs.replace(old, cron=cron)
+        await self._publish()

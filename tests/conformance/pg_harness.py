@@ -14,23 +14,23 @@ from typing import Any
 
 import pytest
 
-from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.core.specs import PublishFile
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.reader import PostgresReader
 from qlsched.postgres.store import PostgresStore
-from tests.conformance.harness import RunRow, ScheduleRow
+from tests.conformance.harness import PublishingHarness, RunRow, ScheduleRow
 from tests.support.pg import TestDatabase
 
 
-class PgHarness:
+class PgHarness(PublishingHarness):
     leases = True
 
     def __init__(self, db: TestDatabase, store: PostgresStore, reader: PostgresReader) -> None:
+        super().__init__()
         self.db = db
         self._store = store
         self._reader = reader
-        self._triggers: dict[tuple[str, str], TriggerEntry] = {}
 
     @property
     def store(self) -> PostgresStore:
@@ -40,51 +40,8 @@ class PgHarness:
     def reader(self) -> PostgresReader:
         return self._reader
 
-    async def _publish(self) -> None:
-        projects = sorted({p for p, _ in self._triggers})
-        spec = PublishFile(
-            projects=[ProjectEntry(id=p) for p in projects],
-            tasks=[TaskEntry(project=p, id="task", command="true") for p in projects],
-            triggers=list(self._triggers.values()),
-        )
+    async def _publish_file(self, spec: PublishFile) -> None:
         await connect_once(self.db.admin_dsn, lambda conn: publish(conn, spec))
-
-    async def add_trigger(
-        self,
-        project_id: str,
-        trigger_id: str,
-        cron: str,
-        *,
-        timezone: str = "UTC",
-        misfire_policy: str = "skip",
-        misfire_grace_ms: int = 60_000,
-        enabled: bool = True,
-    ) -> None:
-        self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=project_id,
-            id=trigger_id,
-            task="task",
-            cron=cron,
-            timezone=timezone,
-            misfire=misfire_policy,  # type: ignore[arg-type]
-            misfire_grace_ms=misfire_grace_ms,
-            enabled=enabled,
-        )
-        await self._publish()
-
-    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
-        old = self._triggers[(project_id, trigger_id)]
-        self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=old.project,
-            id=old.id,
-            task=old.task,
-            cron=cron,
-            timezone=old.timezone,
-            misfire=old.misfire,
-            misfire_grace_ms=old.misfire_grace_ms,
-            enabled=old.enabled,
-        )
-        await self._publish()
 
     async def _su(self, sql: str, *args: Any) -> Any:
         async def fn(conn: Connection) -> Any:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.core.specs import PublishFile
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
 from qlsched.sqlite.store import SqliteStore
-from tests.conformance.harness import RunRow, ScheduleRow
+from tests.conformance.harness import PublishingHarness, RunRow, ScheduleRow
 
 RUNS = """
 SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms, r.idempotency_key,
@@ -40,13 +40,13 @@ SET_CURSOR = (
 )
 
 
-class SqliteHarness:
+class SqliteHarness(PublishingHarness):
     leases = False
 
     def __init__(self, db: EdgeDatabase) -> None:
+        super().__init__()
         self.db = db
         self._store = SqliteStore(db)
-        self._triggers: dict[tuple[str, str], TriggerEntry] = {}
 
     @property
     def store(self) -> SqliteStore:
@@ -56,51 +56,8 @@ class SqliteHarness:
     def reader(self) -> SqliteStore:
         return self._store
 
-    async def _publish(self) -> None:
-        projects = sorted({p for p, _ in self._triggers})
-        spec = PublishFile(
-            projects=[ProjectEntry(id=p) for p in projects],
-            tasks=[TaskEntry(project=p, id="task", command="true") for p in projects],
-            triggers=list(self._triggers.values()),
-        )
+    async def _publish_file(self, spec: PublishFile) -> None:
         await self.db.call(lambda conn: publish(conn, spec, self.db.clock()))
-
-    async def add_trigger(
-        self,
-        project_id: str,
-        trigger_id: str,
-        cron: str,
-        *,
-        timezone: str = "UTC",
-        misfire_policy: str = "skip",
-        misfire_grace_ms: int = 60_000,
-        enabled: bool = True,
-    ) -> None:
-        self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=project_id,
-            id=trigger_id,
-            task="task",
-            cron=cron,
-            timezone=timezone,
-            misfire=misfire_policy,  # type: ignore[arg-type]
-            misfire_grace_ms=misfire_grace_ms,
-            enabled=enabled,
-        )
-        await self._publish()
-
-    async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
-        old = self._triggers[(project_id, trigger_id)]
-        self._triggers[(project_id, trigger_id)] = TriggerEntry(
-            project=old.project,
-            id=old.id,
-            task=old.task,
-            cron=cron,
-            timezone=old.timezone,
-            misfire=old.misfire,
-            misfire_grace_ms=old.misfire_grace_ms,
-            enabled=old.enabled,
-        )
-        await self._publish()
 
     async def now_ms(self) -> int:
         return self.db.clock()
