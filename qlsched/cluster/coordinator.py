@@ -26,19 +26,15 @@ replica that later claims the row decides the same occurrence under the same key
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Final, assert_never
-from zoneinfo import ZoneInfoNotFoundError
 
-import msgspec
 import trio
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.cluster.stats import RoundCounts, RoundStats
 from qlsched.core.config import Config
-from qlsched.core.cron import CronError, parse_cron
-from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
+from qlsched.core.decide import decide
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
@@ -61,15 +57,12 @@ from qlsched.core.outcomes import (
     StoreFailed,
     outcome_code,
 )
+from qlsched.core.spec_cache import InvalidSpec, SpecCache
 from qlsched.core.store import ScheduleStore
 
 SPEC_CACHE_SIZE: Final = 4096
-"""Parsed trigger specs kept (least recently used out), keyed by what a spec is built from
-(cron, zone, misfire policy, grace), not by trigger revision: triggers that share an
-expression share one parse, and a burst of many triggers does not parse it again for each
-one (docs/performance.md)."""
-
-_POLICIES: Final[dict[str, MisfirePolicy]] = {"skip": "skip", "fire_once": "fire_once"}
+"""Parsed trigger specs kept, keyed by what a spec is built from (``Claim.spec_key``), not
+by trigger revision: triggers that share an expression share one parse."""
 
 # Diagnostic (and ``errors`` / metric label) codes raised by the coordinator itself; store
 # outcomes that need an operator's eye use their outcome tag as the code.
@@ -82,32 +75,6 @@ LEASE_OVERRUN: Final = "lease_overrun"
 ADMIT_MARGIN_S: Final = 1.0
 """A round whose claims are older than the lease less this (by Trio's clock, from before the
 claim statement) does not send its admit: every fence would fail on expiry."""
-
-
-class _InvalidSpec(msgspec.Struct, frozen=True):
-    """A revision whose cron, zone or misfire settings cannot be used (cached like a spec)."""
-
-    exception: str | None
-
-
-_SpecKey = tuple[str, str, str, int, str, str]
-"""(cron, timezone, misfire policy, misfire grace ms, dst gap, dst fold): everything
-``_build_spec`` reads."""
-
-
-def _build_spec(claim: Claim) -> TriggerSpec | _InvalidSpec:
-    policy = _POLICIES.get(claim.misfire_policy)
-    if policy is None or not 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
-        return _InvalidSpec(exception=None)
-    try:
-        cron = parse_cron(
-            claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
-        )
-    except (CronError, ZoneInfoNotFoundError) as exc:
-        # Publish validates them all, so this is a corrupt revision: fail closed. Any other
-        # exception is a bug and surfaces as ``claim_task_failed``.
-        return _InvalidSpec(exception=type(exc).__name__)
-    return TriggerSpec(cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms)
 
 
 class Coordinator:
@@ -136,8 +103,7 @@ class Coordinator:
         self._round_budget = self._budget
         """Halved after a round that outlived its lease, doubled back after one that did
         not: a round too slow for its lease claims less instead of failing the same way."""
-        self._specs: OrderedDict[_SpecKey, TriggerSpec | _InvalidSpec] = OrderedDict()
-        self._spec_cache_size = max(1, spec_cache_size)
+        self._specs = SpecCache(spec_cache_size)
         self.sink: Final = sink
         self.metrics: Final = metrics
         self.requests: Final = requests
@@ -206,8 +172,8 @@ class Coordinator:
                 tally.released_on_stop += 1
                 self._count(await self._store.release(claim), tally)
                 return
-            spec = self._spec(claim)
-            if isinstance(spec, _InvalidSpec):
+            spec = self._specs.get(claim)
+            if isinstance(spec, InvalidSpec):
                 # Left to expire rather than released: a released row is due again at once
                 # and, ordered first, would take the budget from valid rows every round.
                 tally.count_error(SPEC_INVALID)
@@ -274,25 +240,6 @@ class Coordinator:
             if isinstance(outcome, Admitted):
                 tally.coalesced += fire.coalesced
             self._count(outcome, tally)
-
-    def _spec(self, claim: Claim) -> TriggerSpec | _InvalidSpec:
-        key = (
-            claim.cron,
-            claim.timezone,
-            claim.misfire_policy,
-            claim.misfire_grace_ms,
-            claim.dst_gap,
-            claim.dst_fold,
-        )
-        spec = self._specs.get(key)
-        if spec is not None:
-            self._specs.move_to_end(key)
-            return spec
-        spec = _build_spec(claim)
-        self._specs[key] = spec
-        if len(self._specs) > self._spec_cache_size:
-            self._specs.popitem(last=False)
-        return spec
 
     def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
         """Tally one store outcome; report those an operator must see."""

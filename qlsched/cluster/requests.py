@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from typing import Final, assert_never
-from zoneinfo import ZoneInfoNotFoundError
 
 import msgspec
 import trio
@@ -30,7 +29,7 @@ from prometheus_client import Counter
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
-from qlsched.core.cron import CronError, CronSchedule, parse_cron
+from qlsched.core.cron import CronSchedule
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
 from qlsched.core.keys import idempotency_key, manual_key, new_id
 from qlsched.core.requests import (
@@ -46,6 +45,7 @@ from qlsched.core.requests import (
     RequestWaiting,
     backfill_chunk,
 )
+from qlsched.core.spec_cache import InvalidSpec, Lru, build_cron
 
 POLL_CADENCES: Final = 5
 """With no request seen, the pass looks this many cadences apart (capped by half a lease)."""
@@ -122,7 +122,7 @@ class RequestsPass:
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find
         requests recorded while no replica ran)."""
-        self._crons: dict[tuple[str, str, str, str], CronSchedule] = {}
+        self._crons: Lru[tuple[str, str, str, str], CronSchedule | InvalidSpec] = Lru(1024)
         self._sink = sink
         registry = metrics.registry
         self.outcomes: Final = Counter(
@@ -212,27 +212,21 @@ class RequestsPass:
         return _chunk(claim, picked.occurrences, keys, cursor_ms=picked.cursor_ms, done=picked.done)
 
     def _cron(self, claim: RequestClaim) -> CronSchedule | None:
-        key = (claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold)
-        cron = self._crons.get(key)
-        if cron is None:
-            try:
-                cron = parse_cron(
-                    claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
+        cron = self._crons.get(
+            (claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold),
+            lambda: build_cron(claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold),
+        )
+        if isinstance(cron, InvalidSpec):
+            self._sink.emit(
+                Diagnostic(
+                    code="spec_invalid",
+                    replica=self._owner,
+                    project_id=claim.project_id,
+                    trigger_id=claim.trigger_id,
+                    exception=cron.exception,
                 )
-            except (CronError, ZoneInfoNotFoundError) as exc:
-                self._sink.emit(
-                    Diagnostic(
-                        code="spec_invalid",
-                        replica=self._owner,
-                        project_id=claim.project_id,
-                        trigger_id=claim.trigger_id,
-                        exception=type(exc).__name__,
-                    )
-                )
-                return None
-            if len(self._crons) > 1024:
-                self._crons.clear()
-            self._crons[key] = cron
+            )
+            return None
         return cron
 
     def _count(self, outcome: RequestOutcome) -> None:

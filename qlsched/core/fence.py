@@ -59,6 +59,18 @@ class Claim(msgspec.Struct, frozen=True):
     def key(self) -> TriggerKey:
         return TriggerKey(self.project_id, self.trigger_id)
 
+    @property
+    def spec_key(self) -> tuple[object, ...]:
+        """Everything the decision spec is built from: claims equal here decide alike."""
+        return (
+            self.cron,
+            self.timezone,
+            self.misfire_policy,
+            self.misfire_grace_ms,
+            self.dst_gap,
+            self.dst_fold,
+        )
+
 
 class FireRequest(msgspec.Struct, frozen=True):
     """A Fire decision ready to admit: identities are minted only here, only for a Fire."""

@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections import OrderedDict
 from typing import Final
-from zoneinfo import ZoneInfoNotFoundError
 
 import msgspec
 import trio
 
 from qlsched.core.config import BOUNDS, CLAIM_BUDGET_HARD_CAP, ConfigError
-from qlsched.core.cron import CronError, parse_cron
-from qlsched.core.decide import MISFIRE_GRACE_MS_MAX, MisfirePolicy, TriggerSpec, decide
+from qlsched.core.decide import decide
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
-from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import (
     Admitted,
@@ -39,6 +36,7 @@ from qlsched.core.outcomes import (
     Skipped,
     outcome_code,
 )
+from qlsched.core.spec_cache import InvalidSpec, SpecCache
 from qlsched.sqlite.errors import EdgeDatabaseError
 from qlsched.sqlite.store import Settle, SqliteStore
 
@@ -47,7 +45,6 @@ NOMINAL_LEASE_MS: Final = 30_000
 SPEC_CACHE_SIZE: Final = 1024
 TICK_SLACK_MS: Final = 2
 LAG_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_POLICIES: Final[dict[str, MisfirePolicy]] = {"skip": "skip", "fire_once": "fire_once"}
 
 
 class EdgeSettings(msgspec.Struct, frozen=True):
@@ -139,9 +136,6 @@ class EdgeMetrics:
         return "\n".join(lines) + "\n"
 
 
-_SpecKey = tuple[str, str, str, int, str, str]
-
-
 class EdgeScheduler:
     """Rounds against one ``SqliteStore``. Ownership: borrows the store; holds no task."""
 
@@ -152,37 +146,7 @@ class EdgeScheduler:
         self.metrics = EdgeMetrics()
         self.ready = False
         """True while rounds run (``/readyz``); False before the first and once stopping."""
-        self._specs: OrderedDict[_SpecKey, TriggerSpec | None] = OrderedDict()
-
-    def _spec(self, claim: Claim) -> TriggerSpec | None:
-        key = (
-            claim.cron,
-            claim.timezone,
-            claim.misfire_policy,
-            claim.misfire_grace_ms,
-            claim.dst_gap,
-            claim.dst_fold,
-        )
-        if key in self._specs:
-            self._specs.move_to_end(key)
-            return self._specs[key]
-        spec: TriggerSpec | None = None
-        policy = _POLICIES.get(claim.misfire_policy)
-        if policy is not None and 0 <= claim.misfire_grace_ms <= MISFIRE_GRACE_MS_MAX:
-            try:
-                cron = parse_cron(
-                    claim.cron, claim.timezone, dst_gap=claim.dst_gap, dst_fold=claim.dst_fold
-                )
-            except (CronError, ZoneInfoNotFoundError):
-                cron = None  # publish validates them: a corrupt revision, fail closed
-            if cron is not None:
-                spec = TriggerSpec(
-                    cron=cron, misfire_policy=policy, misfire_grace_ms=claim.misfire_grace_ms
-                )
-        self._specs[key] = spec
-        if len(self._specs) > SPEC_CACHE_SIZE:
-            self._specs.popitem(last=False)
-        return spec
+        self._specs = SpecCache(SPEC_CACHE_SIZE)
 
     async def run_round(self) -> RoundStats:
         """Read, decide, write: one round.
@@ -197,14 +161,15 @@ class EdgeScheduler:
         fires: list[FireRequest] = []
         settles: list[Settle] = []
         for claim in claims:
-            spec = self._spec(claim)
-            if spec is None:
+            spec = self._specs.get(claim)
+            if isinstance(spec, InvalidSpec):
                 self.metrics.invalid_specs += 1
                 self.sink.emit(
                     Diagnostic(
                         code="spec_invalid",
                         project_id=claim.project_id,
                         trigger_id=claim.trigger_id,
+                        exception=spec.exception,
                     )
                 )
                 continue

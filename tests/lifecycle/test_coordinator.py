@@ -13,6 +13,7 @@ from trio.testing import MockClock
 import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
+import qlsched.core.spec_cache as spec_cache_module
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import ConfigError
@@ -233,7 +234,7 @@ async def test_spec_parsed_once_per_revision(
         parsed.append((expression, timezone))
         return real_parse(expression, timezone, **policy)
 
-    monkeypatch.setattr(coordinator_module, "parse_cron", counting_parse)
+    monkeypatch.setattr(spec_cache_module, "parse_cron", counting_parse)
     r = make_replica()
     r.store.add_trigger("p", "t", "* * * * *")
 
