@@ -69,17 +69,7 @@ due AS (
 )
 SELECT h.project_id, h.trigger_id, h.reason
   FROM (SELECT d.project_id, d.trigger_id,
-               CASE
-                 WHEN p.state IS DISTINCT FROM 'active' THEN 'inactive:project_archived'
-                 WHEN t.revision IS DISTINCT FROM d.trigger_revision
-                   THEN 'revision_changed:trigger'
-                 WHEN NOT t.enabled THEN 'inactive:trigger_disabled'
-                 WHEN k.revision IS DISTINCT FROM t.task_revision THEN 'revision_changed:task'
-                 WHEN e.execution_revision_id IS NULL OR e.task_id <> t.task_id
-                   OR e.task_revision <> t.task_revision THEN 'revision_changed:execution'
-                 WHEN e.executor_kind <> 'remote_worker' THEN 'digest_invalid:executor'
-                 WHEN k.content_digest <> e.digest THEN 'digest_invalid:task'
-               END AS reason
+               -- include: lasting_refusal
           FROM due AS d
           LEFT JOIN qlsched.projects AS p ON p.project_id = d.project_id
           LEFT JOIN LATERAL (SELECT g.*
