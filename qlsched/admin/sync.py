@@ -1,104 +1,39 @@
 """``qlsched.admin`` for plain scripts: each function runs its async twin under ``trio.run``.
 
-Same arguments, results and errors as the async functions. Not for code already inside a
-Trio (or asyncio) event loop: ``trio.run`` refuses to nest there; await the async
-functions instead.
+Same arguments, results, errors and docstrings as the async functions (each is the async
+function wrapped, so the two cannot drift apart). Not for code already inside a Trio (or
+asyncio) event loop: ``trio.run`` refuses to nest there; await the async functions instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-from functools import partial
+from collections.abc import Callable, Coroutine
+from functools import partial, wraps
+from typing import Any, ParamSpec, TypeVar
 
 import trio
 
 from qlsched.admin import requests, schedules
-from qlsched.core.control import (
-    RECENT_ACTIONS,
-    PauseOutcome,
-    ResumeOutcome,
-    ScheduleState,
-    TriggerRef,
-)
-from qlsched.core.pause import CatchUp
-from qlsched.core.publish_result import PublishResult
-from qlsched.core.requests import BACKFILL_MAX_DEFAULT, RecordResult
-from qlsched.core.specs import ProjectEntry, TaskEntry, TriggerEntry
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = ["backfill", "list_schedules", "pause", "publish", "resume", "trigger_now"]
 
 
-def publish(
-    dsn: str,
-    *,
-    projects: Sequence[ProjectEntry] = (),
-    tasks: Sequence[TaskEntry] = (),
-    triggers: Sequence[TriggerEntry] = (),
-    prune: bool = False,
-) -> PublishResult:
-    """``qlsched.admin.publish``, blocking."""
-    return trio.run(
-        partial(
-            schedules.publish, dsn, projects=projects, tasks=tasks, triggers=triggers, prune=prune
-        )
-    )
+def blocking(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """``fn`` as a blocking call: a fresh ``trio.run`` for each call."""
+
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return trio.run(partial(fn, *args, **kwargs))
+
+    return run
 
 
-def pause(
-    dsn: str, trigger: str | TriggerRef, *, note: str | None = None, actor: str | None = None
-) -> PauseOutcome:
-    """``qlsched.admin.pause``, blocking."""
-    return trio.run(partial(schedules.pause, dsn, trigger, note=note, actor=actor))
-
-
-def resume(
-    dsn: str, trigger: str | TriggerRef, *, catch_up: CatchUp = "skip", actor: str | None = None
-) -> ResumeOutcome:
-    """``qlsched.admin.resume``, blocking."""
-    return trio.run(partial(schedules.resume, dsn, trigger, catch_up=catch_up, actor=actor))
-
-
-def list_schedules(
-    dsn: str,
-    *,
-    limit: int = 1000,
-    after: str | TriggerRef | None = None,
-    recent_actions: int = RECENT_ACTIONS,
-) -> list[ScheduleState]:
-    """``qlsched.admin.list_schedules``, blocking."""
-    return trio.run(
-        partial(
-            schedules.list_schedules, dsn, limit=limit, after=after, recent_actions=recent_actions
-        )
-    )
-
-
-def trigger_now(
-    dsn: str, trigger: str | TriggerRef, *, note: str | None = None, actor: str | None = None
-) -> RecordResult:
-    """``qlsched.admin.trigger_now``, blocking."""
-    return trio.run(partial(requests.trigger_now, dsn, trigger, note=note, actor=actor))
-
-
-def backfill(
-    dsn: str,
-    trigger: str | TriggerRef,
-    *,
-    start: datetime | int,
-    end: datetime | int,
-    max_occurrences: int = BACKFILL_MAX_DEFAULT,
-    note: str | None = None,
-    actor: str | None = None,
-) -> RecordResult:
-    """``qlsched.admin.backfill``, blocking."""
-    return trio.run(
-        partial(
-            requests.backfill,
-            dsn,
-            trigger,
-            start=start,
-            end=end,
-            max_occurrences=max_occurrences,
-            note=note,
-            actor=actor,
-        )
-    )
+publish = blocking(schedules.publish)
+pause = blocking(schedules.pause)
+resume = blocking(schedules.resume)
+list_schedules = blocking(schedules.list_schedules)
+trigger_now = blocking(requests.trigger_now)
+backfill = blocking(requests.backfill)
