@@ -31,18 +31,23 @@ LEASE_MARGIN_S: Final = 0.5
 """Retries stop this long before the lease would expire by this process's reckoning."""
 
 
+def fence_from_row(row: Any) -> ClaimFence:
+    """The four-part fence of a claimed row (schedule row or request), as stored."""
+    return ClaimFence(
+        owner=row["claim_owner"],
+        token=row["claim_token"],
+        version=row["claim_version"],
+        expires_at_ms=row["claim_expires_at_ms"],
+    )
+
+
 def _claim_from_row(row: Any) -> Claim:
     return Claim(
         project_id=row["project_id"],
         trigger_id=row["trigger_id"],
         trigger_revision=row["trigger_revision"],
         state_version=row["state_version"],
-        fence=ClaimFence(
-            owner=row["claim_owner"],
-            token=row["claim_token"],
-            version=row["claim_version"],
-            expires_at_ms=row["claim_expires_at_ms"],
-        ),
+        fence=fence_from_row(row),
         cursor_ms=row["next_fire_at_ms"],
         claimed_at_ms=row["updated_at_ms"],
         cron=row["cron"],

@@ -30,7 +30,6 @@ import trio
 from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
-from qlsched.core.fence import ClaimFence
 from qlsched.core.requests import (
     BACKFILL_MAX_HARD_CAP,
     NotRecorded,
@@ -49,6 +48,7 @@ from qlsched.core.requests import (
     RequestWaiting,
     backfill_count,
 )
+from qlsched.postgres.claim import fence_from_row
 from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
 from qlsched.postgres.pool import Connection, Database
@@ -192,12 +192,7 @@ def _claim_from_row(row: Any) -> RequestClaim:
         from_ms=row["from_ms"],
         to_ms=row["to_ms"],
         cursor_ms=row["cursor_ms"],
-        fence=ClaimFence(
-            owner=row["claim_owner"],
-            token=row["claim_token"],
-            version=row["claim_version"],
-            expires_at_ms=row["claim_expires_at_ms"],
-        ),
+        fence=fence_from_row(row),
         claimed_at_ms=row["claimed_at_ms"],
         current_revision=row["current_revision"],
         cron=row["cron"],
