@@ -52,10 +52,14 @@ def _schedule_of(row: Any) -> CronSchedule:
 
 
 async def _locked(conn: Connection, ref: TriggerRef) -> tuple[Any, int]:
-    row = await conn.fetchrow(query("control_lock_schedule"), ref.project_id, ref.trigger_id)
+    """Lock ``ref``'s schedule row, then read it with its spec and the database time."""
+    locked = await conn.fetchval(query("control_lock_schedule"), ref.project_id, ref.trigger_id)
+    row = None
+    if locked:
+        row = await conn.fetchrow(query("control_locked_schedule"), ref.project_id, ref.trigger_id)
     if row is None:
         raise UnknownTrigger(f"no trigger {ref} (project {ref.project_id}, id {ref.trigger_id})")
-    return row, int(await conn.fetchval(query("control_now_ms")))
+    return row, int(row["now_ms"])
 
 
 async def record_action(

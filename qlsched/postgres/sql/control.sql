@@ -1,18 +1,25 @@
 -- name: control_lock_schedule
--- The schedule row a pause or resume acts on, locked (admin, READ COMMITTED), with what the
--- resume plan needs of its trigger and project. $1 project, $2 trigger.
-SELECT s.trigger_revision, s.next_fire_at_ms, s.paused_at_ms, s.pause_note,
-       t.cron, t.timezone, t.dst_gap, t.dst_fold, t.updated_at_ms AS revised_at_ms,
-       t.enabled AND t.revision = s.trigger_revision AND p.state = 'active' AS schedulable
+-- Lock the schedule row a pause or resume acts on (admin, READ COMMITTED). Only the lock:
+-- its joins would read this statement's snapshot while the lock follows the row to its
+-- newest version, so what the action plans with is read by the next statement.
+-- $1 project, $2 trigger.
+SELECT true
   FROM qlsched.trigger_schedules AS s
-  JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
-  JOIN qlsched.projects AS p ON p.project_id = s.project_id
  WHERE s.project_id = $1 AND s.trigger_id = $2
    FOR UPDATE OF s;
 
--- name: control_now_ms
--- The database time of the action, read after the row lock is held.
-SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+-- name: control_locked_schedule
+-- The locked row, with what the resume plan needs of its trigger and project, and the
+-- database time of the action: one snapshot taken after the lock, so row and spec agree.
+-- $1 project, $2 trigger.
+SELECT s.trigger_revision, s.next_fire_at_ms, s.paused_at_ms, s.pause_note,
+       t.cron, t.timezone, t.dst_gap, t.dst_fold, t.updated_at_ms AS revised_at_ms,
+       t.enabled AND t.revision = s.trigger_revision AND p.state = 'active' AS schedulable,
+       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+  FROM qlsched.trigger_schedules AS s
+  JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+  JOIN qlsched.projects AS p ON p.project_id = s.project_id
+ WHERE s.project_id = $1 AND s.trigger_id = $2;
 
 -- name: control_pause
 -- Pause a running row at $3 (database ms) with note $4: out of the claim index (not
