@@ -81,8 +81,8 @@ def backfill_chunk(
     return Chunk(out, out[-1], next_after(cron, out[-1]) > to_ms)
 
 
-class RequestClaim(msgspec.Struct, frozen=True):
-    """One claimed request, as the claim statement returned it (database times)."""
+class RequestIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """What names a request from the moment it is recorded (database times)."""
 
     request_id: uuid.UUID
     project_id: str
@@ -92,6 +92,11 @@ class RequestClaim(msgspec.Struct, frozen=True):
     kind: RequestKind
     created_at_ms: int
     """When it was recorded: a trigger-now Run's ``scheduled_for``."""
+
+
+class RequestClaim(RequestIdentity, frozen=True, kw_only=True):
+    """One claimed request, as the claim statement returned it (database times)."""
+
     from_ms: int | None
     to_ms: int | None
     cursor_ms: int | None
@@ -146,15 +151,9 @@ class RequestStore(Protocol):
 # --- what recording a request says ----------------------------------------------------------
 
 
-class Recorded(msgspec.Struct, frozen=True):
+class Recorded(RequestIdentity, frozen=True, kw_only=True):
     """A request stored (pending); a replica admits it."""
 
-    request_id: uuid.UUID
-    project_id: str
-    trigger_id: str
-    trigger_revision: int
-    kind: RequestKind
-    created_at_ms: int
     requested_by: str
     total: int | None = None
     """A backfill's occurrences in its range (exact)."""
