@@ -173,31 +173,36 @@ class EdgeScheduler:
                     )
                 )
                 continue
-            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms, claim.jitter)
             match decision:
                 case Fire():
                     fires.append(fire_request(claim, decision))
                 case Initialize() | Skip():
                     settles.append((claim, decision))
                 case NotDue():
-                    pass  # the read filters on the cursor: only a clock step back gets here
+                    pass  # the read filters on the due time: only a clock step back gets here
         outcomes = await self.store.commit(fires, settles)
-        admitted = self._tally(outcomes)
+        admitted = self._tally(outcomes, [f.jitter_offset_ms for f in fires])
         self.metrics.rounds += 1
         self.metrics.claimed += len(claims)
         self.metrics.round_seconds_sum += trio.current_time() - started
         return RoundStats(claimed=len(claims), written=len(outcomes), admitted=admitted)
 
-    def _tally(self, outcomes: list[Outcome]) -> int:
+    def _tally(self, outcomes: list[Outcome], offsets: list[int]) -> int:
+        """Count a round's outcomes; ``offsets`` are its Fires' jitter (outcomes list the
+        Fires first, in order), so the lag is measured from each occurrence's due time."""
         admitted = 0
         counts = self.metrics.outcomes
-        for outcome in outcomes:
+        for i, outcome in enumerate(outcomes):
             code = outcome_code(outcome)
             counts[code] = counts.get(code, 0) + 1
             match outcome:
                 case Admitted():
                     admitted += 1
-                    self.metrics.observe_lag(outcome.admitted_at_ms - outcome.scheduled_for_ms)
+                    offset = offsets[i] if i < len(offsets) else 0
+                    self.metrics.observe_lag(
+                        outcome.admitted_at_ms - outcome.scheduled_for_ms - offset
+                    )
                 case Skipped():
                     self.metrics.skipped_occurrences += outcome.skipped
                 case Initialized():
