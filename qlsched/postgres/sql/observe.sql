@@ -12,14 +12,14 @@ SELECT pg_catalog.count(*)::bigint
   FROM ((SELECT 1
            FROM qlsched.trigger_schedules AS s
           WHERE s.active AND s.claim_token IS NULL
-            AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-          ORDER BY COALESCE(s.next_fire_at_ms, -1)
+            AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+          ORDER BY COALESCE(s.due_at_ms, -1)
           LIMIT $1)
         UNION ALL
         (SELECT 1
            FROM qlsched.trigger_schedules AS s
           WHERE s.active AND s.claim_token IS NOT NULL
-            AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+            AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
           ORDER BY s.claim_expires_at_ms
           LIMIT $1)
         LIMIT $1) AS due;
@@ -57,8 +57,8 @@ due AS (
     (SELECT s.project_id, s.trigger_id, s.trigger_revision
        FROM qlsched.trigger_schedules AS s
       WHERE s.active AND s.claim_token IS NULL
-        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-      ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+        AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+      ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
       LIMIT $2)
     UNION ALL
     (SELECT s.project_id, s.trigger_id, s.trigger_revision
