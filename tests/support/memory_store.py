@@ -6,8 +6,9 @@ For Trio MockClock lifecycle tests only; it passes the same conformance suite as
 - claim: active rows (project active, trigger enabled, schedule revision current) that are
   due (``due_at_ms <= now``: the cursor plus its jitter, ``core.jitter``) or uninitialised
   (NULL) and hold no valid claim (token NULL or ``claim_expires_at_ms <= now``), ordered
-  ``due_at_ms NULLS FIRST, project_id, trigger_id``, at most ``limit``; each gets owner, a new uuid4 token, ``claim_version + 1``,
-  expiry ``now + lease``, ``state_version + 1``, ``updated_at_ms = now``;
+  ``due_at_ms NULLS FIRST, project_id, trigger_id``, at most ``limit``; each gets owner, a
+  new uuid4 token, ``claim_version + 1``, expiry ``now + lease``, ``state_version + 1``,
+  ``updated_at_ms = now``;
 - every claim-scoped write checks, in the adapter's order, the row exists (``missing``),
   the trigger revision, the fence parts owner, token, version, expiry (``> now``), state,
   and the cursor (the claim's for initialize/skip/release, ``scheduled_for`` for admit),
