@@ -166,8 +166,11 @@ def test_an_edge_file_from_before_jitter_is_due_at_its_cursors(
             " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
             " ('p', 'g', 1, '0 * * * *', 'job', 1, '00000000-0000-4000-8000-000000000001',"
             " printf('%064d', 3), 0, 0);"
+        )
+        conn.execute(
             "INSERT INTO trigger_schedules (project_id, trigger_id, trigger_revision, active,"
-            f" next_fire_at_ms, state_version, updated_at_ms) VALUES ('p', 'g', 1, 1, {TEN}, 7, 0);"
+            " next_fire_at_ms, state_version, updated_at_ms) VALUES ('p', 'g', 1, 1, ?, 7, 0);",
+            (TEN,),
         )
     finally:
         conn.close()

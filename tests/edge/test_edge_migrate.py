@@ -184,7 +184,8 @@ def _postgres_columns() -> dict[str, set[str]]:
 def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
     """Every table the audit reads exists in the Edge file under its PostgreSQL name, and
     each of its columns is a column of the PostgreSQL table (only the lease, the schedule
-    control and the pinned jitter columns are absent), so the same audit queries run on both profiles."""
+    control and the pinned jitter columns are absent), so the same audit queries run on
+    both profiles."""
     db = published(tmp_path)
     postgres = _postgres_columns()
     for table in SHARED_TABLES:
