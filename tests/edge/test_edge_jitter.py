@@ -106,6 +106,8 @@ async def test_publish_round_trip_keeps_the_jitter(edge: tuple[EdgeDatabase, lis
     assert (await _publish(db, now, spec_file())).triggers == {"p/g": "added"}
     [claim] = await SqliteStore(db).claim("edge", 1, 30_000)
     assert claim.jitter_ms == JITTER_MS
+    await EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink()).run_round()
+    assert schedule(db) == [(TEN, TEN + h(TEN))]
 
     assert (await _publish(db, now, spec_file(1_000))).triggers == {"p/g": "changed"}
     assert read(path, "SELECT revision, jitter_ms FROM triggers") == [(2, 1_000)]
