@@ -76,8 +76,8 @@ async def test_rounds_admit_an_occurrence_at_its_due_time(
     edge: tuple[EdgeDatabase, list[int]],
 ) -> None:
     """Rule: an initialized cursor S is due at S + h; a round one millisecond before admits
-    nothing, a round at S + h admits S (scheduled_for S, the key of S), and the next cursor
-    carries its own due time."""
+    nothing, a round at S + h admits S (scheduled_for S, the key of S), the next cursor
+    carries its own due time, and the lag is 0 from the due time and h from S."""
     db, now = edge
     await _publish(db, now, spec_file())
     scheduler = EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink())
@@ -95,6 +95,9 @@ async def test_rounds_admit_an_occurrence_at_its_due_time(
     assert runs == [(TEN, idempotency_key("g", 1, TEN))]
     eleven = TEN + HOUR_MS
     assert schedule(db) == [(eleven, eleven + h(eleven))]
+    metrics = scheduler.metrics.render(None).splitlines()
+    assert "qlsched_edge_schedule_lag_seconds_sum 0.000" in metrics
+    assert f"qlsched_edge_schedule_lag_from_scheduled_seconds_sum {h(TEN) / 1000:.3f}" in metrics
 
 
 async def test_publish_round_trip_keeps_the_jitter(edge: tuple[EdgeDatabase, list[int]]) -> None:
