@@ -19,12 +19,14 @@ import pytest
 import trio
 
 import qlsched.sqlite.migrate as migrate_module
+from qlsched.commands.edge_status import render
 from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
+from qlsched.sqlite.status import EdgeStatus, read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import publish_file, qlsched, read
 from tests.edge.test_edge_cli import one_line_error
@@ -189,3 +191,35 @@ def test_an_edge_file_from_before_jitter_is_due_at_its_cursors(
         assert (claim.cursor_ms, claim.state_version, claim.jitter) == (TEN, 7, None)
     finally:
         db.close()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+async def test_edge_status_shows_the_due_time(edge: tuple[EdgeDatabase, list[int]]) -> None:
+    """Rule: ``edge status`` ends a jittered trigger's line with its jitter and due time, and
+    its JSON rows carry ``jitter_ms`` and ``due_at_ms``; the lag counts from the due time."""
+    db, now = edge
+    await _publish(db, now, spec_file())
+    await EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink()).run_round()
+    due = TEN + h(TEN)
+
+    def line_at(at_ms: int) -> str:
+        report = read_status_at(at_ms)
+        [line] = [line for line in render(report).splitlines() if line.startswith("p/g")]
+        return line
+
+    def read_status_at(at_ms: int) -> EdgeStatus:
+        conn = sqlite3.connect(db.path, isolation_level=None)
+        try:
+            return read_status(conn, db.path, at_ms)
+        finally:
+            conn.close()
+
+    before = line_at(due - 1)
+    assert before.endswith(f"  jitter_ms={JITTER_MS} due {iso(due)}")
+    assert f"{iso(TEN)}         - " in before
+    assert f"{iso(TEN)}      1.5s " in line_at(due + 1_500)
+    [row] = read_status_at(due).schedules
+    assert (row.next_fire_at_ms, row.jitter_ms, row.due_at_ms) == (TEN, JITTER_MS, due)
