@@ -143,7 +143,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timez
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
-       t.dst_gap, t.dst_fold
+       t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id
