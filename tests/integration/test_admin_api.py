@@ -99,8 +99,8 @@ async def test_an_invalid_struct_fails_as_the_toml_path_fails_it(
 ) -> None:
     """Rule: Structs built in code are validated by the TOML path's own converter: a bad
     cron, an id outside the pattern, a grace or a jitter out of bounds (a jitter not below
-    the trigger's shortest period too) or a value of the wrong type raise SpecError with the very text the same entry in a file gives, and nothing is
-    published."""
+    the trigger's shortest period too) or a value of the wrong type raise SpecError with
+    the very text the same entry in a file gives, and nothing is published."""
     cases = [
         (
             TriggerEntry(project="billing", id="x", task="invoice", cron="0 25 * * *"),
