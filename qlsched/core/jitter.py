@@ -92,7 +92,8 @@ def _consecutive_days(s: CronSchedule) -> bool:
 
 
 def _wall_period_s(s: CronSchedule) -> int:
-    """The shortest step between consecutive matching wall times (naive local seconds)."""
+    """The shortest step between consecutive matching wall times (naive local seconds),
+    exact up to ``JITTER_MS_MAX`` (a longer one may be reported shorter, still above it)."""
     seconds, minutes, hours = _values(s.second_mask), _values(s.minute_mask), _values(s.hour_mask)
     first = hours[0] * 3600 + minutes[0] * 60 + seconds[0]
     last = hours[-1] * 3600 + minutes[-1] * 60 + seconds[-1]
@@ -103,10 +104,14 @@ def _wall_period_s(s: CronSchedule) -> int:
         steps.append(dm * 60 + seconds[0] - seconds[-1])
     if (dh := _min_step(hours)) is not None:
         steps.append(dh * 3600 + minutes[0] * 60 + seconds[0] - minutes[-1] * 60 - seconds[-1])
-    # Across midnight: from a day's last time to the next matching day's first. Only the
-    # case of consecutive days can be below a day; a larger one never limits the jitter.
+    # Across midnight: from a day's last time to the next matching day's first. Only
+    # consecutive matching days can make it shorter than a day, and only a step within the
+    # largest jitter matters: the calendar is searched for such days only then.
     across = _DAY_S - (last - first)
-    steps.append(across if _consecutive_days(s) else across + _DAY_S)
+    if across * 1000 > JITTER_MS_MAX or _consecutive_days(s):
+        steps.append(across)
+    else:
+        steps.append(across + _DAY_S)
     return min(steps)
 
 
