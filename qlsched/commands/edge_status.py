@@ -38,8 +38,7 @@ def render(report: EdgeStatus) -> str:
             notes.append(f"jitter_ms={s.jitter_ms} due {_iso(s.due_at_ms)}")
         lines.append(
             f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
-            f"{s.skipped_total:>5} {s.coalesced_total:>5}"
-            + "".join(f"  {n}" for n in notes if n)
+            f"{s.skipped_total:>5} {s.coalesced_total:>5}" + "".join(f"  {n}" for n in notes if n)
         )
     lines += ["", "recent runs:"]
     for r in report.recent_runs:
