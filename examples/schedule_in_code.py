@@ -39,7 +39,15 @@ TRIGGERS = [
     ),
     # One trigger per region, built in a loop: the point of defining schedules in code.
     *(
-        TriggerEntry(project=PROJECT, id=f"cache-warm-{region}", task="cache-warm", cron=cron)
+        # jitter_ms: each run starts up to 2 minutes after its time (a per-occurrence hash,
+        # the same on every replica), so the regions' caches are not all warmed at once.
+        TriggerEntry(
+            project=PROJECT,
+            id=f"cache-warm-{region}",
+            task="cache-warm",
+            cron=cron,
+            jitter_ms=120_000,
+        )
         for region, cron in (("eu", "*/15 * * * *"), ("us", "5-59/15 * * * *"))
     ),
 ]

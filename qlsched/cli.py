@@ -176,6 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="first|last|both",
         help="a fixed-hour time in a repeated hour: its first instant, its last, or both",
     )
+    p.add_argument(
+        "--jitter-ms",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the trigger's jitter_ms: also print each occurrence's due time (needs --trigger)",
+    )
+    p.add_argument(
+        "--trigger",
+        metavar="P/T",
+        help="the trigger (project/id) whose due times to show; the hash names it",
+    )
+    p.add_argument(
+        "--revision",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the trigger's revision (default 1; `status` shows it), part of the hash",
+    )
 
     p = subs["local"]
     actions = p.add_subparsers(

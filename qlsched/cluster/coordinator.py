@@ -179,7 +179,7 @@ class Coordinator:
                 tally.count_error(SPEC_INVALID)
                 self._emit(SPEC_INVALID, claim, at_ms=claim.claimed_at_ms, exception=spec.exception)
                 return
-            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms, claim.jitter)
             match decision:
                 case Initialize():
                     outcome = await self._store.initialize(claim, decision)
@@ -239,14 +239,17 @@ class Coordinator:
         for fire, outcome in zip(fires, outcomes, strict=True):
             if isinstance(outcome, Admitted):
                 tally.coalesced += fire.coalesced
+                self.metrics.observe_lag_ms(
+                    outcome.admitted_at_ms - outcome.scheduled_for_ms - fire.jitter_offset_ms,
+                    outcome.admitted_at_ms - outcome.scheduled_for_ms,
+                )
             self._count(outcome, tally)
 
     def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
         """Tally one store outcome; report those an operator must see."""
         match outcome:
-            case Admitted(scheduled_for_ms=scheduled_for_ms, admitted_at_ms=admitted_at_ms):
+            case Admitted():
                 tally.admitted += 1
-                self.metrics.observe_lag_ms(admitted_at_ms - scheduled_for_ms)
             case Initialized():
                 tally.initialized += 1
             case Skipped(skipped=skipped):

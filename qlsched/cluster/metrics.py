@@ -3,8 +3,9 @@
 Each ``Metrics`` owns one ``CollectorRegistry``: several replicas can share a process (the
 demo runs three) without their series colliding, and nothing is ever registered in the
 library's global registry. The coordinator feeds it once per round (``observe_round``) plus
-one schedule-lag sample per admitted Run; the HTTP ``/metrics`` endpoint refreshes the due
-backlog gauge from the store at most once per scrape and renders the text exposition.
+two schedule-lag samples per admitted Run (from its due time and from its scheduled time);
+the HTTP ``/metrics`` endpoint refreshes the due backlog gauge from the store at most once
+per scrape and renders the text exposition.
 
 The store's own counts (admit statements sent, serialization retries among them) are read
 from the store at each scrape (``AdmitCounts``): they are cumulative since the replica
@@ -46,8 +47,9 @@ CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 # A round is a claim statement, a handful of short writes and one batch admit: milliseconds
 # normally, seconds when the database struggles, up to the stop deadline at worst.
 ROUND_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-# Lag = admitted_at - scheduled_for: one cadence (1 s) normally, the misfire grace (60 s) or a
-# lease (30 s, a takeover) when something went wrong, far more under ``fire_once``.
+# Lag = admitted_at - due (scheduled_for + jitter): one cadence (1 s) normally, the misfire
+# grace (60 s) or a lease (30 s, a takeover) when something went wrong, far more under
+# ``fire_once``.
 LAG_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
 
 
@@ -173,7 +175,15 @@ class Metrics:
         )
         self.schedule_lag: Final = Histogram(
             "qlsched_schedule_lag_seconds",
-            "Database time of admission minus the occurrence's scheduled time.",
+            "Database time of admission minus the occurrence's due time (its scheduled time"
+            " plus its jitter; the scheduled time when the trigger has none).",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
+        self.schedule_lag_from_scheduled: Final = Histogram(
+            "qlsched_schedule_lag_from_scheduled_seconds",
+            "Database time of admission minus the occurrence's scheduled time (jitter"
+            " included: equal to qlsched_schedule_lag_seconds for triggers without jitter).",
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
@@ -217,9 +227,12 @@ class Metrics:
         for code, n in stats.errors.items():
             self.errors.labels(code).inc(n)
 
-    def observe_lag_ms(self, lag_ms: int) -> None:
-        """One admitted Run's lag; negative values (impossible with one clock) count as 0."""
+    def observe_lag_ms(self, lag_ms: int, from_scheduled_ms: int | None = None) -> None:
+        """One admitted Run's lag from its due time and from its scheduled time (the same
+        without jitter); negative values (impossible with one clock) count as 0."""
         self.schedule_lag.observe(max(lag_ms, 0) / 1000)
+        scheduled = lag_ms if from_scheduled_ms is None else from_scheduled_ms
+        self.schedule_lag_from_scheduled.observe(max(scheduled, 0) / 1000)
 
     def count_refused(self, outcome: str, part: str) -> None:
         self.refused.labels(outcome, part).inc()

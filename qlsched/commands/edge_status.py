@@ -29,13 +29,16 @@ def render(report: EdgeStatus) -> str:
     ]
     for s in report.schedules:
         lag = "-"
-        if s.next_fire_at_ms is not None and s.next_fire_at_ms <= s.now_ms and s.active:
-            lag = f"{(s.now_ms - s.next_fire_at_ms) / 1000:.1f}s"
+        due = s.next_fire_at_ms if s.due_at_ms is None else s.due_at_ms
+        if due is not None and due <= s.now_ms and s.active:
+            lag = f"{(s.now_ms - due) / 1000:.1f}s"
         name = f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)")
-        policy = dst_policy_label(s.dst_gap, s.dst_fold)
+        notes = [dst_policy_label(s.dst_gap, s.dst_fold)]
+        if s.jitter_ms:
+            notes.append(f"jitter_ms={s.jitter_ms} due {_iso(s.due_at_ms)}")
         lines.append(
             f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
-            f"{s.skipped_total:>5} {s.coalesced_total:>5}" + (f"  {policy}" if policy else "")
+            f"{s.skipped_total:>5} {s.coalesced_total:>5}" + "".join(f"  {n}" for n in notes if n)
         )
     lines += ["", "recent runs:"]
     for r in report.recent_runs:

@@ -1,5 +1,5 @@
-"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N] [--dst-gap G] [--dst-fold F]``: preview
-the next N fire times.
+"""``qlsched next EXPR [--tz ZONE] [--from ISO] [-n N] [--dst-gap G] [--dst-fold F]
+[--jitter-ms N --trigger P/T [--revision N]]``: preview the next N fire times.
 
 The times come from ``qlsched.core.cron.next_after``, the function every decision uses, so
 the preview is what the scheduler will do, DST included: ``--dst-gap``/``--dst-fold`` are a
@@ -9,12 +9,18 @@ line. Each time is ISO 8601 with the UTC offset the trigger's zone has at that i
 (``2026-03-08T03:00:00-04:00``). A ``--from`` without an offset is read in ``--tz``;
 without ``--from`` the preview starts at this machine's clock, the one place a process clock
 is fine: nothing durable depends on it.
+With ``--jitter-ms`` (a trigger's ``jitter_ms``, docs/contract.md §10) each line also shows
+the occurrence's due time, ``S + h``, after `` due ``; ``h`` hashes the trigger and its
+revision, so ``--trigger P/T`` (and ``--revision``, default 1) name them, and a first ``#``
+line says so. The jitter is checked as publish checks it (at most an hour, below the
+shortest period).
 Bad input prints one line starting ``qlsched next: `` to stderr and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,9 +32,12 @@ from qlsched.core.cron import (
     DST_GAP_DEFAULT,
     DST_GAPS,
     CronError,
+    CronSchedule,
     next_after,
     parse_cron,
 )
+from qlsched.core.jitter import JITTER_MS_MAX, Jitter, period_text, shortest_period_ms
+from qlsched.core.specs import ID_PATTERN
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -52,6 +61,35 @@ def _start_ms(start: str | None, zone: ZoneInfo) -> int:
     return (instant - _EPOCH) // _ONE_MS
 
 
+def _jitter(args: argparse.Namespace, schedule: CronSchedule) -> Jitter | None:
+    """The trigger's jitter from ``--jitter-ms``/``--trigger``/``--revision``, validated as
+    publish validates it; None without jitter."""
+    if not args.jitter_ms:
+        return None
+    if not 0 < args.jitter_ms <= JITTER_MS_MAX:
+        raise _BadInput(f"--jitter-ms: must be 0..{JITTER_MS_MAX}, got {args.jitter_ms}")
+    if args.trigger is None:
+        raise _BadInput("--jitter-ms needs --trigger P/T: the due times hash the trigger")
+    project, _, trigger = args.trigger.partition("/")
+    if not (re.match(ID_PATTERN, project) and re.match(ID_PATTERN, trigger)):
+        raise _BadInput(f"--trigger: {args.trigger!r} is not PROJECT/TRIGGER")
+    if args.revision < 1:
+        raise _BadInput(f"--revision: must be at least 1, got {args.revision}")
+    period = shortest_period_ms(schedule)
+    if args.jitter_ms >= period:
+        raise _BadInput(
+            f"--jitter-ms: {args.jitter_ms} is not below the shortest period between"
+            f" occurrences, {period_text(period)}"
+        )
+    return Jitter(project, trigger, args.revision, args.jitter_ms)
+
+
+def _instant(ms: int, zone: ZoneInfo) -> str:
+    """ISO 8601 in ``zone``, with milliseconds only when there are some."""
+    moment = datetime.fromtimestamp(ms // 1000, zone).replace(microsecond=ms % 1000 * 1000)
+    return moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+
+
 def main(args: argparse.Namespace) -> int:
     """Print ``args.n`` fire times strictly after ``args.start``; 0, or 2 on bad input."""
     try:
@@ -66,14 +104,23 @@ def main(args: argparse.Namespace) -> int:
         schedule = parse_cron(
             args.expression, args.tz, dst_gap=args.dst_gap, dst_fold=args.dst_fold
         )
+        jitter = _jitter(args, schedule)
         zone = ZoneInfo(schedule.timezone)
         t = _start_ms(args.start, zone)
         lines = []
         if (schedule.dst_gap, schedule.dst_fold) != (DST_GAP_DEFAULT, DST_FOLD_DEFAULT):
             lines.append(f"# dst_gap = {schedule.dst_gap}, dst_fold = {schedule.dst_fold}")
+        if jitter is not None:
+            lines.append(
+                f"# jitter_ms = {jitter.jitter_ms} (trigger {jitter.project_id}/"
+                f"{jitter.trigger_id} revision {jitter.trigger_revision}): scheduled, then due"
+            )
         for _ in range(args.n):
             t = next_after(schedule, t)
-            lines.append(datetime.fromtimestamp(t // 1000, zone).isoformat())
+            line = _instant(t, zone)
+            if jitter is not None:
+                line += f" due {_instant(t + jitter.offset_ms(t), zone)}"
+            lines.append(line)
     except (CronError, _BadInput) as exc:
         print(f"qlsched next: {exc}", file=sys.stderr)
         return 2

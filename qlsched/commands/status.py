@@ -98,9 +98,11 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
         table.add_column(name, justify=justify, overflow="fold")
     now = report.now_ms
     for s in report.schedules:
+        # Due at the cursor plus its jitter (docs/contract.md §11): lag counts from there.
+        due = s.next_fire_at_ms if s.due_at_ms is None else s.due_at_ms
         lag = "-"
-        if s.next_fire_at_ms is not None and s.next_fire_at_ms <= now and s.active:
-            lag = f"{(now - s.next_fire_at_ms) / 1000:.1f}s"
+        if due is not None and due <= now and s.active:
+            lag = f"{(now - due) / 1000:.1f}s"
         lease = "-"
         if s.claim_expires_at_ms is not None:
             lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
@@ -108,7 +110,7 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
             f"{s.project_id}/{s.trigger_id}" + _marker(s),
             s.cron,
             " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
-            _iso_s(s.next_fire_at_ms),
+            _iso_s(s.next_fire_at_ms) + (f" due {_iso(due)}" if s.jitter_ms else ""),
             lag,
             s.claim_owner or "-",
             lease,

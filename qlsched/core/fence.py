@@ -11,6 +11,7 @@ import uuid
 
 import msgspec
 
+from qlsched.core.jitter import Jitter
 from qlsched.core.outcomes import FenceLost, RevisionChanged
 
 
@@ -54,10 +55,24 @@ class Claim(msgspec.Struct, frozen=True):
     dst_fold: str = "first"
     """The trigger's DST policy (docs/contract.md §3), read with its cron and zone; the
     defaults are the rule of triggers published before the policy existed."""
+    jitter_ms: int = 0
+    """The revision's jitter bound (docs/contract.md §10); 0: due at the scheduled time."""
 
     @property
     def key(self) -> TriggerKey:
         return TriggerKey(self.project_id, self.trigger_id)
+
+    @property
+    def jitter(self) -> Jitter | None:
+        """What ``decide`` needs to find this row's due times; None without jitter."""
+        if not self.jitter_ms:
+            return None
+        return Jitter(self.project_id, self.trigger_id, self.trigger_revision, self.jitter_ms)
+
+    def jitter_offset_ms(self, scheduled_for_ms: int) -> int:
+        """``h`` of one occurrence of this row's revision (0 without jitter)."""
+        jitter = self.jitter
+        return jitter.offset_ms(scheduled_for_ms) if jitter is not None else 0
 
     @property
     def spec_key(self) -> tuple[object, ...]:
@@ -82,6 +97,8 @@ class FireRequest(msgspec.Struct, frozen=True):
     run_id: uuid.UUID
     attempt_id: uuid.UUID
     idempotency_key: str
+    jitter_offset_ms: int = 0
+    """Due at ``scheduled_for_ms + jitter_offset_ms``: the lag is measured from there."""
 
 
 class ObservedSchedule(msgspec.Struct, frozen=True):

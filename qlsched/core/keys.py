@@ -44,4 +44,5 @@ def fire_request(claim: Claim, fire: Fire) -> FireRequest:
         idempotency_key=idempotency_key(
             claim.trigger_id, claim.trigger_revision, fire.scheduled_for_ms
         ),
+        jitter_offset_ms=fire.jitter_offset_ms,
     )

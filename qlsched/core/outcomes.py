@@ -37,6 +37,8 @@ class Fire(_Decision, frozen=True, tag="fire"):
     next_ms: int
     coalesced: int = 0
     """Occurrences in ``(cursor, now]`` passed over and not run (counted, never replayed)."""
+    jitter_offset_ms: int = 0
+    """The occurrence's jitter ``h``: it was due at ``scheduled_for_ms + jitter_offset_ms``."""
 
 
 class Skip(_Decision, frozen=True, tag="skip"):

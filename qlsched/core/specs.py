@@ -29,6 +29,7 @@ from qlsched.core.cron import (
     DstGap,
     parse_cron,
 )
+from qlsched.core.jitter import JITTER_MS_MAX, period_text, shortest_period_ms
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 
 # The database's CHECK is `~ '^...$'`, where `$` is the end of the text; Python's `$` also
@@ -80,6 +81,9 @@ class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``skip`` (not that day). Part of the revision's digest."""
     dst_fold: DstFold = DST_FOLD_DEFAULT
     """A fixed-hour wall time in a repeated hour: ``first``, ``last`` or ``both`` instants."""
+    jitter_ms: Annotated[int, msgspec.Meta(ge=0, le=JITTER_MS_MAX)] = 0
+    """Each occurrence becomes due up to this much after its scheduled time (a hash of the
+    trigger, its revision and the occurrence; ``core.jitter``). Below the shortest period."""
 
 
 class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -186,12 +190,17 @@ def validate_publish_file(spec: PublishFile) -> None:
         if not 1 <= len(tr.timezone) <= TIMEZONE_MAX_CHARS:
             raise SpecError(f"{label}: timezone: expected 1..{TIMEZONE_MAX_CHARS} characters")
         try:
-            parse_cron(tr.cron, tr.timezone, dst_gap=tr.dst_gap, dst_fold=tr.dst_fold)
+            schedule = parse_cron(tr.cron, tr.timezone, dst_gap=tr.dst_gap, dst_fold=tr.dst_fold)
         except CronError as exc:
             message = str(exc)
             if message.startswith("timezone: "):
                 raise SpecError(f"{label}: {message}") from None
             raise SpecError(f"{label}: cron: {message}") from None
+        if tr.jitter_ms and tr.jitter_ms >= (period := shortest_period_ms(schedule)):
+            raise SpecError(
+                f"{label}: jitter_ms: {tr.jitter_ms} is not below the trigger's shortest"
+                f" period between occurrences, {period_text(period)}"
+            )
 
 
 def _canonical(obj: dict[str, Any]) -> bytes:
@@ -212,8 +221,8 @@ def sha256_hex(text: str) -> str:
 def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
     """Digest of everything that defines a trigger revision, the task's content included,
     so a changed task gives its triggers new revisions (and old claims fail their fence).
-    A DST policy joins it only when it is not the default, so the digests of triggers
-    published before the policy existed stay the same (no re-revision on upgrade)."""
+    A DST policy or a jitter joins it only when it is not the default, so the digests of
+    triggers published before they existed stay the same (no re-revision on upgrade)."""
     fields: dict[str, object] = {
         "cron": trigger.cron,
         "enabled": trigger.enabled,
@@ -228,4 +237,6 @@ def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
         fields["dst_gap"] = trigger.dst_gap
     if trigger.dst_fold != DST_FOLD_DEFAULT:
         fields["dst_fold"] = trigger.dst_fold
+    if trigger.jitter_ms:
+        fields["jitter_ms"] = trigger.jitter_ms
     return hashlib.sha256(_canonical(fields)).hexdigest()

@@ -63,6 +63,10 @@ class ScheduleRow(msgspec.Struct, frozen=True):
     dst_gap: str = "shift"
     dst_fold: str = "first"
     """The trigger's DST policy (docs/contract.md §3)."""
+    jitter_ms: int = 0
+    due_at_ms: int | None = None
+    """The cursor's due time: the cursor plus its jitter (docs/contract.md §11). None where
+    a reader does not give it; then it is the cursor."""
     paused_at_ms: int | None = None
     """When the trigger was paused (None while it runs; always None on Edge)."""
     pause_note: str | None = None

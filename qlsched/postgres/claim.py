@@ -61,6 +61,7 @@ def _claim_from_row(row: Any) -> Claim:
         locator=row["locator"],
         dst_gap=row["dst_gap"],
         dst_fold=row["dst_fold"],
+        jitter_ms=row["jitter_ms"],
     )
 
 

@@ -156,6 +156,7 @@ async def _publish_triggers(
             now,
             [t.dst_gap for t in rows],
             [t.dst_fold for t in rows],
+            [t.jitter_ms for t in rows],
         )
     return changes
 
@@ -173,6 +174,7 @@ def _stored_trigger(row: Any, *, enabled: bool) -> TriggerEntry:
         enabled=enabled,
         dst_gap=row["dst_gap"],
         dst_fold=row["dst_fold"],
+        jitter_ms=row["jitter_ms"],
     )
 
 

@@ -8,5 +8,7 @@ here imports ``qlsched.postgres``, ``qlsched.cluster``, asyncpg, trio-asyncio or
 Invariant: a compare-and-set on the durable cursor (trigger revision, state version and
 ``next_fire_at_ms``) fences every write, in the same ``BEGIN IMMEDIATE`` transaction as the
 Run, its Attempt and its two events: all or nothing. There is no lease: one process per file
-is enforced by an OS lock (``lock.py``), not by the rows.
+is enforced by an OS lock (``lock.py``), not by the rows. Every cursor write also writes the
+cursor's due time (``due_at_ms``: the cursor plus its jitter, ``core.jitter``; SQLite has no
+SHA-256 for a generated column), which a round reads rows by.
 """

@@ -84,6 +84,7 @@ def _publish_trigger(
         now,
         trigger.dst_gap,
         trigger.dst_fold,
+        trigger.jitter_ms,
     )
     active = int(project_active and trigger.enabled)
     if row is None:
@@ -111,6 +112,7 @@ def _stored_trigger(project_id: str, row: Any, *, enabled: bool) -> TriggerEntry
         enabled=enabled,
         dst_gap=row[7],
         dst_fold=row[8],
+        jitter_ms=row[9],
     )
 
 

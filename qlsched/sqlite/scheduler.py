@@ -72,6 +72,37 @@ class RoundStats(msgspec.Struct, frozen=True):
     admitted: int = 0
 
 
+class LagHistogram:
+    """One lag histogram in the text format (cumulative buckets, as Prometheus reads them)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.buckets = [0] * len(LAG_BUCKETS_S)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, lag_ms: int) -> None:
+        lag_s = max(0, lag_ms) / 1000
+        for i, bound in enumerate(LAG_BUCKETS_S):
+            if lag_s <= bound:
+                self.buckets[i] += 1
+        self.count += 1
+        self.sum_s += lag_s
+
+    def render(self) -> list[str]:
+        n = self.name
+        return [
+            f"# TYPE {n} histogram",
+            *(
+                f'{n}_bucket{{le="{bound}"}} {k}'
+                for bound, k in zip(LAG_BUCKETS_S, self.buckets, strict=True)
+            ),
+            f'{n}_bucket{{le="+Inf"}} {self.count}',
+            f"{n}_sum {self.sum_s:.3f}",
+            f"{n}_count {self.count}",
+        ]
+
+
 class EdgeMetrics:
     """Counters of one scheduler, rendered in the Prometheus text format (no client library:
     the Edge process stays small)."""
@@ -84,18 +115,16 @@ class EdgeMetrics:
         self.skipped_occurrences = 0
         self.coalesced_occurrences = 0
         self.invalid_specs = 0
-        self.lag_buckets = [0] * len(LAG_BUCKETS_S)
-        self.lag_count = 0
-        self.lag_sum_s = 0.0
+        self.lag = LagHistogram("qlsched_edge_schedule_lag_seconds")
+        """Admission minus the occurrence's due time (scheduled time plus its jitter)."""
+        self.lag_from_scheduled = LagHistogram("qlsched_edge_schedule_lag_from_scheduled_seconds")
+        """Admission minus the occurrence's scheduled time (the same without jitter)."""
         self.round_seconds_sum = 0.0
 
-    def observe_lag(self, lag_ms: int) -> None:
-        lag_s = max(0, lag_ms) / 1000
-        for i, bound in enumerate(LAG_BUCKETS_S):
-            if lag_s <= bound:
-                self.lag_buckets[i] += 1
-        self.lag_count += 1
-        self.lag_sum_s += lag_s
+    def observe_lag(self, from_due_ms: int, from_scheduled_ms: int) -> None:
+        """One admitted Run's lag from its due time and from its scheduled time."""
+        self.lag.observe(from_due_ms)
+        self.lag_from_scheduled.observe(from_scheduled_ms)
 
     def render(self, backlog: int | None) -> str:
         lines = [
@@ -120,17 +149,8 @@ class EdgeMetrics:
             f"qlsched_edge_coalesced_total {self.coalesced_occurrences}",
             "# TYPE qlsched_edge_invalid_specs_total counter",
             f"qlsched_edge_invalid_specs_total {self.invalid_specs}",
-            "# TYPE qlsched_edge_schedule_lag_seconds histogram",
         ]
-        lines += [
-            f'qlsched_edge_schedule_lag_seconds_bucket{{le="{bound}"}} {n}'
-            for bound, n in zip(LAG_BUCKETS_S, self.lag_buckets, strict=True)
-        ]
-        lines += [
-            f'qlsched_edge_schedule_lag_seconds_bucket{{le="+Inf"}} {self.lag_count}',
-            f"qlsched_edge_schedule_lag_seconds_sum {self.lag_sum_s:.3f}",
-            f"qlsched_edge_schedule_lag_seconds_count {self.lag_count}",
-        ]
+        lines += self.lag.render() + self.lag_from_scheduled.render()
         if backlog is not None:
             lines += ["# TYPE qlsched_edge_backlog gauge", f"qlsched_edge_backlog {backlog}"]
         return "\n".join(lines) + "\n"
@@ -173,31 +193,35 @@ class EdgeScheduler:
                     )
                 )
                 continue
-            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+            decision = decide(spec, claim.cursor_ms, claim.claimed_at_ms, claim.jitter)
             match decision:
                 case Fire():
                     fires.append(fire_request(claim, decision))
                 case Initialize() | Skip():
                     settles.append((claim, decision))
                 case NotDue():
-                    pass  # the read filters on the cursor: only a clock step back gets here
+                    pass  # the read filters on the due time: only a clock step back gets here
         outcomes = await self.store.commit(fires, settles)
-        admitted = self._tally(outcomes)
+        admitted = self._tally(outcomes, [f.jitter_offset_ms for f in fires])
         self.metrics.rounds += 1
         self.metrics.claimed += len(claims)
         self.metrics.round_seconds_sum += trio.current_time() - started
         return RoundStats(claimed=len(claims), written=len(outcomes), admitted=admitted)
 
-    def _tally(self, outcomes: list[Outcome]) -> int:
+    def _tally(self, outcomes: list[Outcome], offsets: list[int]) -> int:
+        """Count a round's outcomes; ``offsets`` are its Fires' jitter (outcomes list the
+        Fires first, in order), so the lag is measured from each occurrence's due time."""
         admitted = 0
         counts = self.metrics.outcomes
-        for outcome in outcomes:
+        for i, outcome in enumerate(outcomes):
             code = outcome_code(outcome)
             counts[code] = counts.get(code, 0) + 1
             match outcome:
                 case Admitted():
                     admitted += 1
-                    self.metrics.observe_lag(outcome.admitted_at_ms - outcome.scheduled_for_ms)
+                    offset = offsets[i] if i < len(offsets) else 0
+                    late_ms = outcome.admitted_at_ms - outcome.scheduled_for_ms
+                    self.metrics.observe_lag(late_ms - offset, late_ms)
                 case Skipped():
                     self.metrics.skipped_occurrences += outcome.skipped
                 case Initialized():

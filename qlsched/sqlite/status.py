@@ -72,6 +72,8 @@ def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[Sc
             now_ms=now_ms,
             dst_gap=r[10],
             dst_fold=r[11],
+            jitter_ms=r[12],
+            due_at_ms=r[13],
         )
         for r in conn.execute(query("schedules_list"), (limit,))
     ]

@@ -117,6 +117,7 @@ def _advance(
             skipped,
             coalesced,
             now_ms,
+            next_ms + claim.jitter_offset_ms(next_ms),
         ),
     )
     return cursor.rowcount == 1
@@ -264,6 +265,7 @@ class SqliteStore:
                 execution_revision_id=uuid.UUID(r[12]),
                 dst_gap=r[13],
                 dst_fold=r[14],
+                jitter_ms=r[15],
             )
             for r in conn.execute(query("due_rows"), (now, limit))
         ]

@@ -71,6 +71,7 @@ class StoreHarness(Protocol):
         misfire_policy: str = "skip",
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
+        jitter_ms: int = 0,
     ) -> None:
         """Publish a new trigger (its project active, created if missing): cursor NULL."""
         ...
@@ -85,7 +86,9 @@ class StoreHarness(Protocol):
 
     async def set_cursor(
         self, project_id: str, trigger_id: str, next_fire_at_ms: int | None
-    ) -> None: ...
+    ) -> None:
+        """Move the cursor as a cursor write of the store would (its due time follows)."""
+        ...
 
     async def expire_claim(self, project_id: str, trigger_id: str) -> None:
         """Move the row's claim expiry into the past (the claim stays otherwise as it is)."""
@@ -129,6 +132,7 @@ class PublishingHarness:
         misfire_policy: str = "skip",
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
+        jitter_ms: int = 0,
     ) -> None:
         self._triggers[(project_id, trigger_id)] = TriggerEntry(
             project=project_id,
@@ -139,6 +143,7 @@ class PublishingHarness:
             misfire=misfire_policy,  # type: ignore[arg-type]
             misfire_grace_ms=misfire_grace_ms,
             enabled=enabled,
+            jitter_ms=jitter_ms,
         )
         await self._publish()
 

@@ -40,6 +40,7 @@ class MemoryHarness:
         misfire_policy: str = "skip",
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
+        jitter_ms: int = 0,
     ) -> None:
         self._memory.add_trigger(
             project_id,
@@ -49,6 +50,7 @@ class MemoryHarness:
             misfire_policy=misfire_policy,
             misfire_grace_ms=misfire_grace_ms,
             enabled=enabled,
+            jitter_ms=jitter_ms,
         )
 
     async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:

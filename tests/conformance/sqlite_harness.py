@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.specs import PublishFile
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
@@ -36,8 +37,15 @@ SELECT trigger_revision, next_fire_at_ms, last_scheduled_at_ms, state_version, s
   FROM trigger_schedules WHERE project_id = ? AND trigger_id = ?
 """
 SET_CURSOR = (
-    "UPDATE trigger_schedules SET next_fire_at_ms = ? WHERE project_id = ? AND trigger_id = ?"
+    "UPDATE trigger_schedules SET next_fire_at_ms = ?, due_at_ms = ?"
+    " WHERE project_id = ? AND trigger_id = ?"
 )
+JITTER = """
+SELECT s.trigger_revision, t.jitter_ms
+  FROM trigger_schedules AS s
+  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ WHERE s.project_id = ? AND s.trigger_id = ?
+"""
 
 
 class SqliteHarness(PublishingHarness):
@@ -66,7 +74,13 @@ class SqliteHarness(PublishingHarness):
         self, project_id: str, trigger_id: str, next_fire_at_ms: int | None
     ) -> None:
         def move(conn: sqlite3.Connection) -> None:
-            conn.execute(SET_CURSOR, (next_fire_at_ms, project_id, trigger_id))
+            revision, jitter = conn.execute(JITTER, (project_id, trigger_id)).fetchone()
+            due = None
+            if next_fire_at_ms is not None:
+                due = next_fire_at_ms + jitter_offset_ms(
+                    project_id, trigger_id, revision, next_fire_at_ms, jitter
+                )
+            conn.execute(SET_CURSOR, (next_fire_at_ms, due, project_id, trigger_id))
 
         await self.db.call(move)
 

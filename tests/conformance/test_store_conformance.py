@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import (
     Admitted,
@@ -484,3 +485,85 @@ async def test_list_schedules(harness: StoreHarness) -> None:
     assert b.claim_owner is None
     assert b.now_ms >= t0
     assert [v.trigger_id for v in await harness.reader.list_schedules(limit=1)] == ["a"]
+
+
+# --- jitter ---------------------------------------------------------------------------------
+
+YEARLY = "0 0 1 1 *"
+"""A period of a year: any jitter up to the hour is below it."""
+HOUR_MS = 3_600_000
+
+
+def jitter_h(trigger_id: str, scheduled_for_ms: int) -> int:
+    """``h`` of an occurrence of revision 1 of ``p/<trigger_id>`` with an hour of jitter."""
+    return jitter_offset_ms("p", trigger_id, 1, scheduled_for_ms, HOUR_MS)
+
+
+def not_yet_due(trigger_id: str, now_ms: int) -> int:
+    """A past occurrence S whose due time S + h is still two minutes ahead of ``now_ms``."""
+    s = now_ms - MINUTE_MS
+    while s + jitter_h(trigger_id, s) < now_ms + 2 * MINUTE_MS:
+        s -= 1
+    return s
+
+
+def just_due(trigger_id: str, now_ms: int) -> int:
+    """An occurrence S whose due time S + h lies one to ten minutes before ``now_ms``."""
+    s = now_ms - HOUR_MS
+    while not now_ms - 10 * MINUTE_MS <= s + jitter_h(trigger_id, s) <= now_ms - MINUTE_MS:
+        s += 997
+    return s
+
+
+async def test_jittered_occurrence_is_claimed_at_its_due_time(harness: StoreHarness) -> None:
+    """With jitter, a row is due at S + h, h = core.jitter's hash of (project, trigger,
+    revision, S) modulo jitter_ms: a passed S whose S + h is ahead is not claimed; one whose
+    S + h has passed is, and the claim carries the jitter that gives the same h."""
+    await harness.add_trigger("p", "j", YEARLY, jitter_ms=HOUR_MS)
+    await harness.set_cursor("p", "j", not_yet_due("j", await harness.now_ms()))
+
+    assert await harness.store.claim("r1", 10, LEASE_MS) == []
+
+    s = just_due("j", await harness.now_ms())
+    await harness.set_cursor("p", "j", s)
+    [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+
+    assert claim.cursor_ms == s
+    assert claim.jitter_ms == HOUR_MS
+    assert claim.jitter_offset_ms(s) == jitter_h("j", s)
+
+
+async def test_cursor_writes_keep_the_due_time(harness: StoreHarness) -> None:
+    """The store's own cursor writes (initialize, admit) make the new cursor due at its
+    S + h: a passed next occurrence whose due time is ahead is not claimed afterwards."""
+    await harness.add_trigger("p", "j", YEARLY, jitter_ms=HOUR_MS)
+    [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+    ahead = not_yet_due("j", await harness.now_ms())
+
+    assert await harness.store.initialize(claim, Initialize(next_ms=ahead)) == Initialized(
+        "p", "j", next_ms=ahead
+    )
+    assert await harness.store.claim("r1", 10, LEASE_MS) == []
+
+    await harness.set_cursor("p", "j", just_due("j", await harness.now_ms()))
+    [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+    assert claim.cursor_ms is not None
+    ahead = not_yet_due("j", await harness.now_ms())
+    fire = Fire(scheduled_for_ms=claim.cursor_ms, next_ms=ahead)
+    [outcome] = await harness.store.admit([fire_request(claim, fire)])
+
+    assert isinstance(outcome, Admitted)
+    assert (await harness.schedule("p", "j")).next_fire_at_ms == ahead
+    assert await harness.store.claim("r1", 10, LEASE_MS) == []
+
+
+async def test_jitter_zero_is_due_at_the_cursor(harness: StoreHarness) -> None:
+    """Without jitter the due time is the cursor itself: a row one millisecond past its
+    cursor is claimed."""
+    await harness.add_trigger("p", "j", YEARLY)
+    await harness.set_cursor("p", "j", await harness.now_ms() - 1)
+
+    [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+
+    assert claim.jitter_ms == 0
+    assert claim.jitter is None

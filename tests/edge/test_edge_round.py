@@ -198,7 +198,8 @@ async def test_a_constraint_failure_leaves_out_that_row_alone(
 
     def move_back(conn: sqlite3.Connection) -> None:
         conn.execute(
-            "UPDATE trigger_schedules SET next_fire_at_ms = ? WHERE trigger_id = 't1'",
+            "UPDATE trigger_schedules SET next_fire_at_ms = ?1, due_at_ms = ?1"
+            " WHERE trigger_id = 't1'",
             (first.scheduled_for_ms,),
         )
 

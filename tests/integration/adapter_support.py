@@ -68,6 +68,7 @@ def trigger(
     timezone: str = "UTC",
     dst_gap: str = "shift",
     dst_fold: str = "first",
+    jitter_ms: int = 0,
 ) -> TriggerEntry:
     return TriggerEntry(
         project=project,
@@ -80,6 +81,7 @@ def trigger(
         enabled=enabled,
         dst_gap=dst_gap,  # type: ignore[arg-type]
         dst_fold=dst_fold,  # type: ignore[arg-type]
+        jitter_ms=jitter_ms,
     )
 
 
@@ -117,7 +119,8 @@ def decision_for(claim: Claim, now_ms: int | None = None) -> Decision:
         misfire_policy=claim.misfire_policy,  # type: ignore[arg-type]
         misfire_grace_ms=claim.misfire_grace_ms,
     )
-    return decide(spec, claim.cursor_ms, claim.claimed_at_ms if now_ms is None else now_ms)
+    now = claim.claimed_at_ms if now_ms is None else now_ms
+    return decide(spec, claim.cursor_ms, now, claim.jitter)
 
 
 def fire_for(claim: Claim) -> FireRequest:

@@ -98,9 +98,9 @@ async def test_an_invalid_struct_fails_as_the_toml_path_fails_it(
     pg_db: TestDatabase, tmp_path: Path
 ) -> None:
     """Rule: Structs built in code are validated by the TOML path's own converter: a bad
-    cron, an id outside the pattern, a grace out of bounds or a value of the wrong type
-    raise SpecError with the very text the same entry in a file gives, and nothing is
-    published."""
+    cron, an id outside the pattern, a grace or a jitter out of bounds (a jitter not below
+    the trigger's shortest period too) or a value of the wrong type raise SpecError with
+    the very text the same entry in a file gives, and nothing is published."""
     cases = [
         (
             TriggerEntry(project="billing", id="x", task="invoice", cron="0 25 * * *"),
@@ -129,6 +129,16 @@ async def test_an_invalid_struct_fails_as_the_toml_path_fails_it(
                 misfire="later",  # type: ignore[arg-type]
             ),
             'cron = "* * * * *"\nmisfire = "later"',
+        ),
+        (
+            TriggerEntry(
+                project="billing", id="x", task="invoice", cron="* * * * *", jitter_ms=60_000
+            ),
+            'cron = "* * * * *"\njitter_ms = 60000',
+        ),
+        (
+            TriggerEntry(project="billing", id="x", task="invoice", cron="0 0 * * *", jitter_ms=-1),
+            'cron = "0 0 * * *"\njitter_ms = -1',
         ),
     ]
     for entry, fields in cases:

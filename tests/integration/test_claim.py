@@ -364,9 +364,9 @@ BULK_SQL = [
 
 EXPECTED_ORDER_SQL = """
 SELECT project_id, trigger_id FROM qlsched.trigger_schedules
- WHERE active AND COALESCE(next_fire_at_ms, -1) <= $1
+ WHERE active AND COALESCE(due_at_ms, -1) <= $1
    AND (claim_token IS NULL OR claim_expires_at_ms <= $1)
- ORDER BY next_fire_at_ms NULLS FIRST, project_id, trigger_id
+ ORDER BY due_at_ms NULLS FIRST, project_id, trigger_id
  LIMIT $2"""
 
 

@@ -79,6 +79,7 @@ TRIGGER_SPEC_COLUMNS = (
     "content_digest",
     "dst_gap",
     "dst_fold",
+    "jitter_ms",
 )
 
 
@@ -526,6 +527,34 @@ def test_admin_is_refused_beyond_publish(shared_db: TestDatabase, sql: str) -> N
     """Rule: qlsched_admin publishes specs and schedules and does nothing else: no DELETE
     or TRUNCATE, no access to runs or attempts, the capability or the ledger, no CREATE."""
     assert_refused(shared_db.admin_dsn, sql)
+
+
+JITTER_CALL = "SELECT qlsched.jitter_offset_ms('p', 't', 1, 0, 1000)"
+
+
+@pytest.mark.parametrize(
+    ("role", "allowed"),
+    [
+        ("qlsched_admin", True),
+        ("qlsched_runtime", True),
+        ("qlsched_observer", False),
+    ],
+)
+def test_the_jitter_function_is_executable_by_the_cursor_writers_only(
+    shared_db: TestDatabase, role: str, allowed: bool
+) -> None:
+    """Rule: ``qlsched.jitter_offset_ms`` (the due time's hash, migration 0008) may be run by
+    the roles that write a cursor, whose writes compute the generated due time: the admin
+    (publish, pause, resume) and the runtime (admit, initialize, skip); not the observer."""
+    dsn = {
+        "qlsched_admin": shared_db.admin_dsn,
+        "qlsched_runtime": shared_db.runtime_dsn,
+        "qlsched_observer": shared_db.observer_dsn,
+    }[role]
+    if allowed:
+        assert_allowed(dsn, JITTER_CALL)
+    else:
+        assert_refused(dsn, JITTER_CALL)
 
 
 def test_runtime_cannot_execute_a_function_it_was_not_granted(pg_db: TestDatabase) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from qlsched.postgres.migrate import migrate
+from qlsched.postgres.migrate import load_migrations, migrate
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.store import CLAIM_SETTINGS
 from tests.integration.schema_support import (
@@ -422,9 +422,14 @@ def test_a_role_with_no_grant_on_the_schema_gets_a_finding(pg_db: TestDatabase) 
 INTRUDER = f"qlt_intruder_{os.getpid()}"
 CLAIM_INDEX = (
     "CREATE INDEX trigger_schedules_claim_idx ON qlsched.trigger_schedules"
-    " ((COALESCE(next_fire_at_ms, -1)), project_id, trigger_id)"
+    " ((COALESCE(due_at_ms, -1)), project_id, trigger_id)"
     " WHERE active AND claim_token IS NULL"
 )
+_JITTER_SQL = next(m.sql for m in load_migrations() if m.version == 8)
+JITTER_FUNCTION = _JITTER_SQL[
+    _JITTER_SQL.index("CREATE FUNCTION") : _JITTER_SQL.index(";", _JITTER_SQL.index("RETURN "))
+].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+"""The shipped hash function, to put back; a changed body is tampering."""
 SCHEDULE_CHECK = (
     "ALTER TABLE qlsched.trigger_schedules ADD CONSTRAINT trigger_schedules_check"
     " CHECK ((claim_token IS NULL) = (claim_owner IS NULL)"
@@ -468,6 +473,21 @@ TAMPERINGS = [
             CLAIM_INDEX.replace(" AND claim_token IS NULL", ""),
         ],
         ["DROP INDEX qlsched.trigger_schedules_claim_idx", CLAIM_INDEX],
+    ),
+    _tampering(
+        "claim-index-on-cursor",
+        "trigger_schedules_claim_idx",
+        [
+            "DROP INDEX qlsched.trigger_schedules_claim_idx",
+            CLAIM_INDEX.replace("due_at_ms", "next_fire_at_ms"),
+        ],
+        ["DROP INDEX qlsched.trigger_schedules_claim_idx", CLAIM_INDEX],
+    ),
+    _tampering(
+        "jitter-function-body",
+        "jitter_offset_ms",
+        [JITTER_FUNCTION.replace("% jitter_ms", "% (jitter_ms + 1)")],
+        [JITTER_FUNCTION],
     ),
     _tampering(
         "drop-schedule-check",

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from qlsched.commands.status import render
+from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.specs import TriggerEntry
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.status import StatusReport
@@ -43,6 +44,8 @@ ROW_KEYS = {
     "actions",
     "dst_gap",
     "dst_fold",
+    "jitter_ms",
+    "due_at_ms",
 }
 
 
@@ -171,6 +174,33 @@ def test_a_terminal_gets_styles_and_a_pipe_gets_none(monkeypatch: pytest.MonkeyP
     assert "\x1b[" not in plain.getvalue()
     assert "─" not in plain.getvalue()
     assert "late Fire" not in plain.getvalue()
+
+
+async def test_a_jittered_trigger_shows_its_due_time_and_lags_from_it(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: ``status --json`` gives each row's ``jitter_ms`` and ``due_at_ms`` (the
+    cursor plus h; the cursor without jitter), and the table shows a jittered trigger's
+    due time beside its next fire time and measures the lag from the due time."""
+    jittered = msgspec.structs.replace(_trigger("j", "UTC"), jitter_ms=3_000_000)
+    await publish_triggers(pg_db, [jittered, _trigger("plain", "UTC")])
+    cursor = 1_700_000_000_000
+    async with open_superuser(pg_db) as su:
+        await su.execute("UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $1", cursor)
+    report = json.loads(run_cli(["status", "--json", "--dsn", pg_db.observer_dsn]).stdout)
+    due = cursor + jitter_offset_ms(PROJECT, "j", 1, cursor, 3_000_000)
+    assert [(r["trigger_id"], r["jitter_ms"], r["due_at_ms"]) for r in report["schedules"]] == [
+        ("j", 3_000_000, due),
+        ("plain", 0, cursor),
+    ]
+    text = run_cli(["status", "--dsn", pg_db.observer_dsn]).stdout
+    rows = {line.split()[0]: line for line in text.splitlines() if " UTC " in line}
+    assert " due 2023-11-14 " in rows[f"{PROJECT}/j"]
+    assert " due " not in rows[f"{PROJECT}/plain"]
+    lag = {t: float(line.split("s ")[0].split()[-1]) for t, line in rows.items()}
+    assert lag[f"{PROJECT}/plain"] - lag[f"{PROJECT}/j"] == pytest.approx(
+        (due - cursor) / 1000, abs=5
+    )
 
 
 def test_a_capped_backlog_says_it_was_counted_up_to_its_limit() -> None:

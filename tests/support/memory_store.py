@@ -4,10 +4,11 @@ For Trio MockClock lifecycle tests only; it passes the same conformance suite as
 (``tests/conformance``). The rules it mirrors (docs/contract.md §5):
 
 - claim: active rows (project active, trigger enabled, schedule revision current) that are
-  due (``next_fire_at_ms <= now``) or uninitialised (NULL) and hold no valid claim (token NULL
-  or ``claim_expires_at_ms <= now``), ordered ``next_fire_at_ms NULLS FIRST, project_id,
-  trigger_id``, at most ``limit``; each gets owner, a new uuid4 token, ``claim_version + 1``,
-  expiry ``now + lease``, ``state_version + 1``, ``updated_at_ms = now``;
+  due (``due_at_ms <= now``: the cursor plus its jitter, ``core.jitter``) or uninitialised
+  (NULL) and hold no valid claim (token NULL or ``claim_expires_at_ms <= now``), ordered
+  ``due_at_ms NULLS FIRST, project_id, trigger_id``, at most ``limit``; each gets owner, a
+  new uuid4 token, ``claim_version + 1``, expiry ``now + lease``, ``state_version + 1``,
+  ``updated_at_ms = now``;
 - every claim-scoped write checks, in the adapter's order, the row exists (``missing``),
   the trigger revision, the fence parts owner, token, version, expiry (``> now``), state,
   and the cursor (the claim's for initialize/skip/release, ``scheduled_for`` for admit),
@@ -39,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from qlsched.core.fence import Claim, ClaimFence, FireRequest, TriggerKey
+from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.outcomes import (
     Admitted,
     DigestInvalid,
@@ -72,6 +74,7 @@ class StoredTrigger:
     task_revision: int
     execution_revision_id: uuid.UUID
     execution_digest_ok: bool = True
+    jitter_ms: int = 0
 
     @property
     def digest(self) -> str:
@@ -172,6 +175,7 @@ class MemoryStore:
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
         task_id: str = "task",
+        jitter_ms: int = 0,
     ) -> None:
         """Publish a new trigger (and its project, active, if new) with an uninitialised row."""
         key = TriggerKey(project_id, trigger_id)
@@ -188,6 +192,7 @@ class MemoryStore:
             misfire_grace_ms=misfire_grace_ms,
             enabled=enabled,
             task_id=task_id,
+            jitter_ms=jitter_ms,
             task_revision=1,
             execution_revision_id=uuid.uuid4(),
         )
@@ -240,13 +245,13 @@ class MemoryStore:
             key
             for key, row in self.schedules.items()
             if self._active(key)
-            and (row.next_fire_at_ms is None or row.next_fire_at_ms <= now)
+            and ((due := self._due_ms(key)) is None or due <= now)
             and (row.claim_token is None or (row.claim_expires_at_ms or 0) <= now)
         ]
         due.sort(
             key=lambda k: (
-                self.schedules[k].next_fire_at_ms is not None,
-                self.schedules[k].next_fire_at_ms or 0,
+                self._due_ms(k) is not None,
+                self._due_ms(k) or 0,
                 k.project_id,
                 k.trigger_id,
             )
@@ -283,6 +288,7 @@ class MemoryStore:
                     task_id=trigger.task_id,
                     task_revision=trigger.task_revision,
                     execution_revision_id=trigger.execution_revision_id,
+                    jitter_ms=trigger.jitter_ms,
                 )
             )
         return claims
@@ -334,7 +340,7 @@ class MemoryStore:
         return sum(
             1
             for key, row in self.schedules.items()
-            if self._active(key) and (row.next_fire_at_ms is None or row.next_fire_at_ms <= now)
+            if self._active(key) and ((due := self._due_ms(key)) is None or due <= now)
         )
 
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
@@ -374,6 +380,19 @@ class MemoryStore:
         return views
 
     # --- internals ------------------------------------------------------------------------
+
+    def _due_ms(self, key: TriggerKey) -> int | None:
+        """The row's due time, as PostgreSQL's generated ``due_at_ms`` computes it."""
+        row, trigger = self.schedules[key], self.triggers[key]
+        if row.next_fire_at_ms is None:
+            return None
+        return row.next_fire_at_ms + jitter_offset_ms(
+            key.project_id,
+            key.trigger_id,
+            row.trigger_revision,
+            row.next_fire_at_ms,
+            trigger.jitter_ms,
+        )
 
     async def _enter(self, method: str, size: int) -> None:
         self.calls.append((method, size))

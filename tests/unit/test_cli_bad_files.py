@@ -56,6 +56,15 @@ def assert_one_line(result: subprocess.CompletedProcess[str], start: str) -> Non
             PUBLISH_HEAD + 'cron = "30 2 * * *"\ndst_fold = "twice"\n',
             "triggers[0] (id \"tr\"): dst_fold: 'twice' is not one of first, last, both",
         ),
+        (
+            PUBLISH_HEAD + 'cron = "0 0 * * *"\njitter_ms = 3600001\n',
+            'triggers[0] (id "tr"): jitter_ms: Expected `int` <= 3600000',
+        ),
+        (
+            PUBLISH_HEAD + 'cron = "*/5 * * * *"\njitter_ms = 300000\n',
+            'triggers[0] (id "tr"): jitter_ms: 300000 is not below the trigger\'s shortest'
+            " period between occurrences, 300000 ms (5 min)",
+        ),
     ],
     ids=[
         "cron-237-chars",
@@ -64,6 +73,8 @@ def assert_one_line(result: subprocess.CompletedProcess[str], start: str) -> Non
         "huge-integer",
         "dst-gap",
         "dst-fold",
+        "jitter-over-an-hour",
+        "jitter-not-below-the-period",
     ],
 )
 def test_a_bad_publish_file_is_one_line(tmp_path: Path, content: str, problem: str) -> None:

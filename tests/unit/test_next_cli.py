@@ -8,12 +8,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from qlsched.cli import main
+from qlsched.core.jitter import jitter_offset_ms
+
+NY = ZoneInfo("America/New_York")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,6 +182,27 @@ BAD = [
     ),
     pytest.param(["* * * * *", "-n", "-3"], "qlsched next: -n: must be at least 1", id="n-neg"),
     pytest.param(
+        ["* * * * *", "--jitter-ms", "60000", "--trigger", "p/t"],
+        "qlsched next: --jitter-ms: 60000 is not below the shortest period between occurrences,"
+        " 60000 ms (1 min)",
+        id="jitter-period",
+    ),
+    pytest.param(
+        ["0 0 * * *", "--jitter-ms", "3600001", "--trigger", "p/t"],
+        "qlsched next: --jitter-ms: must be 0..3600000",
+        id="jitter-bound",
+    ),
+    pytest.param(
+        ["0 0 * * *", "--jitter-ms", "1000"],
+        "qlsched next: --jitter-ms needs --trigger P/T",
+        id="jitter-no-trigger",
+    ),
+    pytest.param(
+        ["0 0 * * *", "--jitter-ms", "1000", "--trigger", "P T"],
+        "qlsched next: --trigger: 'P T' is not PROJECT/TRIGGER",
+        id="jitter-bad-trigger",
+    ),
+    pytest.param(
         ["0 0 1 1 *", "--from", "9999-06-01T00:00:00Z"],
         "qlsched next: the fire times fall outside",
         id="past-9999",
@@ -190,6 +215,32 @@ def test_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], err: str
     """Bad expression, zone, instant, DST policy or n < 1: one line on stderr starting with
     ``qlsched next: ``, nothing on stdout, exit 2, no traceback."""
     check(capsys, argv, 2, [], err)
+
+
+def test_jitter_shows_the_due_times(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rule: with ``--jitter-ms`` and ``--trigger`` each line is the scheduled time, then
+    ``due`` and S + h, h computed by the scheduler's own hash of (project, trigger,
+    revision, S); a first ``#`` line names the jitter and the trigger; the fold's second
+    instant keeps its own offset."""
+    argv = ["30 1 * * *", "--tz", "America/New_York", "--from", "2026-11-01T00:00:00"]
+    argv += ["-n", "2", "--dst-fold", "both", "--jitter-ms", "600000", "--trigger", "p/backup"]
+    firsts = [1_793_511_000_000, 1_793_514_600_000]  # 01:30 EDT, 01:30 EST
+    due = [
+        datetime.fromtimestamp((s + jitter_offset_ms("p", "backup", 3, s, 600_000)) / 1000, NY)
+        for s in firsts
+    ]
+    check(
+        capsys,
+        [*argv, "--revision", "3"],
+        0,
+        [
+            "# dst_gap = shift, dst_fold = both",
+            "# jitter_ms = 600000 (trigger p/backup revision 3): scheduled, then due",
+            f"2026-11-01T01:30:00-04:00 due {due[0].isoformat(timespec='milliseconds')}",
+            f"2026-11-01T01:30:00-05:00 due {due[1].isoformat(timespec='milliseconds')}",
+        ],
+    )
+    assert due[1].utcoffset() == -timedelta(hours=5)
 
 
 def test_default_from_is_now(capsys: pytest.CaptureFixture[str]) -> None:

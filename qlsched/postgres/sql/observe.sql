@@ -12,14 +12,14 @@ SELECT pg_catalog.count(*)::bigint
   FROM ((SELECT 1
            FROM qlsched.trigger_schedules AS s
           WHERE s.active AND s.claim_token IS NULL
-            AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-          ORDER BY COALESCE(s.next_fire_at_ms, -1)
+            AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+          ORDER BY COALESCE(s.due_at_ms, -1)
           LIMIT $1)
         UNION ALL
         (SELECT 1
            FROM qlsched.trigger_schedules AS s
           WHERE s.active AND s.claim_token IS NOT NULL
-            AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+            AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
           ORDER BY s.claim_expires_at_ms
           LIMIT $1)
         LIMIT $1) AS due;
@@ -33,7 +33,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timez
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
-       t.dst_gap, t.dst_fold
+       t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
   FROM (SELECT *
           FROM qlsched.trigger_schedules AS p
          WHERE (p.project_id, p.trigger_id) > ($1::text, $2::text)
@@ -57,8 +57,8 @@ due AS (
     (SELECT s.project_id, s.trigger_id, s.trigger_revision
        FROM qlsched.trigger_schedules AS s
       WHERE s.active AND s.claim_token IS NULL
-        AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-      ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+        AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+      ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
       LIMIT $2)
     UNION ALL
     (SELECT s.project_id, s.trigger_id, s.trigger_revision

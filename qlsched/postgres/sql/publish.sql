@@ -98,8 +98,9 @@ SELECT f.n, t.project_id
 -- revision fails its fence forever. Arrays $1 projects, $2 ids, $3 enabled, $4 crons,
 -- $5 timezones, $6 misfire policies, $7 grace ms, $8 tasks, $9 task revisions, $10 execution
 -- revisions, $11 digests, $12 active, $13 added (new, else changed); $14 now ms; arrays $15
--- DST gap and $16 DST fold policies. Pause state is not part of the spec: a changed row
--- keeps it, and a paused row stays inactive.
+-- DST gap and $16 DST fold policies, $17 jitter ms (pinned on the schedule row with the
+-- revision). Pause state is not part of the spec: a changed row keeps it, and a paused row
+-- stays inactive.
 WITH f AS (
     SELECT *
       FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
@@ -109,24 +110,24 @@ WITH f AS (
                       pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
                       pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]),
                       pg_catalog.unnest($13::boolean[]), pg_catalog.unnest($15::text[]),
-                      pg_catalog.unnest($16::text[]))
+                      pg_catalog.unnest($16::text[]), pg_catalog.unnest($17::bigint[]))
            AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active,
-                added, gap, fold)
+                added, gap, fold, jitter)
 ), added AS (
     INSERT INTO qlsched.triggers (project_id, trigger_id, revision, kind, enabled, cron,
                                   timezone, misfire_policy, misfire_grace_ms, task_id,
                                   task_revision, execution_revision_id, content_digest,
-                                  created_at_ms, updated_at_ms, dst_gap, dst_fold)
+                                  created_at_ms, updated_at_ms, dst_gap, dst_fold, jitter_ms)
     SELECT p, id, 1, 'cron', enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d,
-           $14::bigint, $14::bigint, gap, fold
+           $14::bigint, $14::bigint, gap, fold, jitter
       FROM f
      WHERE f.added
 ), added_schedules AS (
     -- Every new row of f is inserted above or the statement fails, so the schedule rows come
     -- from f itself (no join back); their foreign keys are checked at the statement's end.
     INSERT INTO qlsched.trigger_schedules (project_id, trigger_id, trigger_revision, active,
-                                           updated_at_ms)
-    SELECT p, id, 1, active, $14::bigint
+                                           updated_at_ms, jitter_ms)
+    SELECT p, id, 1, active, $14::bigint, jitter
       FROM f
      WHERE f.added
 ), changed AS (
@@ -135,14 +136,14 @@ WITH f AS (
            misfire_policy = f.misfire, misfire_grace_ms = f.grace, task_id = f.task,
            task_revision = f.task_rev, execution_revision_id = f.exec_rev,
            content_digest = f.d, updated_at_ms = GREATEST($14::bigint, t.updated_at_ms),
-           dst_gap = f.gap, dst_fold = f.fold
+           dst_gap = f.gap, dst_fold = f.fold, jitter_ms = f.jitter
       FROM f
      WHERE NOT f.added AND t.project_id = f.p AND t.trigger_id = f.id
-    RETURNING t.project_id, t.trigger_id, t.revision, f.active
+    RETURNING t.project_id, t.trigger_id, t.revision, f.active, f.jitter
 )
 UPDATE qlsched.trigger_schedules AS s
    SET trigger_revision = c.revision, active = c.active AND s.paused_at_ms IS NULL,
-       next_fire_at_ms = NULL,
+       next_fire_at_ms = NULL, jitter_ms = c.jitter,
        claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
        state_version = s.state_version + 1, claim_version = s.claim_version + 1,
        updated_at_ms = GREATEST($14::bigint, s.updated_at_ms)
@@ -164,7 +165,7 @@ UPDATE qlsched.trigger_schedules AS s
 -- The enabled triggers of projects $1 (array) that the file (arrays $2 projects, $3 ids)
 -- does not list, with what their digest is computed from (for --prune).
 SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
-       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold
+       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms
   FROM qlsched.triggers AS t
  WHERE t.project_id = ANY ($1::text[]) AND t.enabled
    AND NOT EXISTS (SELECT 1
@@ -177,7 +178,7 @@ SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_poli
 -- Every trigger pinned to one of tasks (arrays $1 projects, $2 tasks) that the file (arrays
 -- $3 projects, $4 ids) does not list: a changed task re-pins them all, listed or not.
 SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
-       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold
+       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms
   FROM qlsched.triggers AS t
   JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS k(p, task)
     ON t.project_id = k.p AND t.task_id = k.task

@@ -3,8 +3,10 @@
 -- One statement, sent alone in autocommit on a READ COMMITTED connection, so the lease is
 -- committed at once and no lock outlives it. Time: one observation of the database clock.
 -- Two arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed rows
--- (trigger_schedules_claim_idx, ordered by cursor NULLS FIRST, project, trigger) and rows
--- whose claim expired (trigger_schedules_expiry_idx). No cron computation and no Run ids
+-- (trigger_schedules_claim_idx, ordered by due time NULLS FIRST, project, trigger) and rows
+-- whose claim expired (trigger_schedules_expiry_idx). The due time (`due_at_ms`, generated
+-- from the cursor and the jitter) is what is due; without jitter it is the cursor. No cron
+-- computation and no Run ids
 -- here. The token is one random draw per statement with the row's place in the batch in its
 -- last four bytes: new for every claim of a row, distinct within the batch, and one draw of
 -- strong randomness per statement instead of one per row.
@@ -18,20 +20,20 @@ draw AS MATERIALIZED (
     SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
 fresh AS MATERIALIZED (
-    SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+    SELECT s.project_id, s.trigger_id, COALESCE(s.due_at_ms, -1) AS k
       FROM qlsched.trigger_schedules AS s
      WHERE s.active AND s.claim_token IS NULL
-       AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
-     ORDER BY COALESCE(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+       AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+     ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
      LIMIT $2
        FOR UPDATE OF s SKIP LOCKED
 ),
 expired AS MATERIALIZED (
-    SELECT s.project_id, s.trigger_id, COALESCE(s.next_fire_at_ms, -1) AS k
+    SELECT s.project_id, s.trigger_id, COALESCE(s.due_at_ms, -1) AS k
       FROM qlsched.trigger_schedules AS s
      WHERE s.active AND s.claim_token IS NOT NULL
        AND s.claim_expires_at_ms <= (SELECT ms FROM now)
-       AND COALESCE(s.next_fire_at_ms, -1) <= (SELECT ms FROM now)
+       AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
      ORDER BY s.claim_expires_at_ms
      LIMIT $2
        FOR UPDATE OF s SKIP LOCKED
@@ -73,15 +75,15 @@ claimed AS (
            CASE WHEN s.next_fire_at_ms = s.catch_up_at_ms THEN 'fire_once'
                 ELSE t.misfire_policy END AS misfire_policy,
            t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
-           t.execution_revision_id, t.dst_gap, t.dst_fold
+           t.execution_revision_id, t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
 )
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
        c.updated_at_ms, c.ctid::text AS locator, c.cron, c.timezone, c.misfire_policy,
        c.misfire_grace_ms, c.content_digest, c.task_id, c.task_revision,
-       c.execution_revision_id, c.dst_gap, c.dst_fold
+       c.execution_revision_id, c.dst_gap, c.dst_fold, c.jitter_ms
   FROM claimed AS c
- ORDER BY COALESCE(c.next_fire_at_ms, -1), c.project_id, c.trigger_id;
+ ORDER BY COALESCE(c.due_at_ms, -1), c.project_id, c.trigger_id;
 
 -- name: settle
 -- Initialize, skip or release one claimed row: one statement, one implicit transaction.
@@ -132,7 +134,7 @@ SELECT (SELECT u.updated_at_ms FROM upd AS u) AS settled_at_ms, now.ms AS now_ms
 SELECT pg_catalog.count(*)::bigint
   FROM qlsched.trigger_schedules AS s
  WHERE s.active
-   AND COALESCE(s.next_fire_at_ms, -1)
+   AND COALESCE(s.due_at_ms, -1)
        <= (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 
 -- name: list_schedules
@@ -141,7 +143,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timez
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
-       t.dst_gap, t.dst_fold
+       t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id

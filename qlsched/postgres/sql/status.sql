@@ -3,10 +3,11 @@
 SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 
 -- name: status_schedules
--- Schedule rows with their trigger's cron, zone and DST policy for `status`; $1 = row limit.
+-- Schedule rows with their trigger's cron, zone and DST policy, and the row's jitter and due
+-- time, for `status`; $1 = row limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
-       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold
+       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id

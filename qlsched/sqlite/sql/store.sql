@@ -1,15 +1,17 @@
 -- name: due_rows
--- A round's read (no write, no lease): active rows due at ?1 or uninitialised, in claim order,
--- with the spec a decision needs. ?1 now ms, ?2 limit.
+-- A round's read (no write, no lease): active rows due at ?1 or uninitialised, in claim order
+-- (by due time: the cursor plus its jitter), with the spec a decision needs. ?1 now ms,
+-- ?2 limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_fire_at_ms,
        t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms, t.content_digest,
-       t.task_id, t.task_revision, t.execution_revision_id, t.dst_gap, t.dst_fold
+       t.task_id, t.task_revision, t.execution_revision_id, t.dst_gap, t.dst_fold,
+       t.jitter_ms
   FROM trigger_schedules AS s
   JOIN triggers AS t
     ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
    AND t.revision = s.trigger_revision
- WHERE s.active = 1 AND coalesce(s.next_fire_at_ms, -1) <= ?1
- ORDER BY coalesce(s.next_fire_at_ms, -1), s.project_id, s.trigger_id
+ WHERE s.active = 1 AND coalesce(s.due_at_ms, -1) <= ?1
+ ORDER BY coalesce(s.due_at_ms, -1), s.project_id, s.trigger_id
  LIMIT ?2;
 
 -- name: execution_check
@@ -23,9 +25,10 @@ SELECT e.executor_kind, e.payload, e.digest, e.task_revision, k.revision
 -- name: schedule_advance
 -- The compare-and-set: moves the cursor only if revision, state version and cursor are the
 -- ones the round read. ?1 project, ?2 trigger, ?3 revision, ?4 state version, ?5 read cursor,
--- ?6 next cursor, ?7 scheduled_for (NULL keeps it), ?8 skipped, ?9 coalesced, ?10 now ms.
+-- ?6 next cursor, ?7 scheduled_for (NULL keeps it), ?8 skipped, ?9 coalesced, ?10 now ms,
+-- ?11 the next cursor's due time.
 UPDATE trigger_schedules
-   SET next_fire_at_ms = ?6,
+   SET next_fire_at_ms = ?6, due_at_ms = ?11,
        last_scheduled_at_ms = coalesce(?7, last_scheduled_at_ms),
        state_version = state_version + 1,
        skipped_total = skipped_total + ?8,
@@ -65,13 +68,13 @@ VALUES (?1, ?3, 1, 'run.created', ?4, ?5), (?2, ?3, 2, 'run.queued', ?4, ?5);
 -- name: due_backlog
 -- Active rows due now or uninitialised: the backlog gauge. ?1 now ms.
 SELECT count(*) FROM trigger_schedules
- WHERE active = 1 AND coalesce(next_fire_at_ms, -1) <= ?1;
+ WHERE active = 1 AND coalesce(due_at_ms, -1) <= ?1;
 
 -- name: schedules_list
 -- Status and metrics. ?1 limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
-       t.dst_gap, t.dst_fold
+       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
   FROM trigger_schedules AS s
   JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id
