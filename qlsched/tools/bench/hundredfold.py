@@ -100,7 +100,12 @@ async def big_burst(session: BenchSession, small: DrainResult) -> BigBurst:
     d = await burst(
         session,
         DrainHooks(
-            triggers=n, loaded=check_plan, count=_admitted, polled=rss.polled, poll_s=POLL_S
+            triggers=n,
+            loaded=check_plan,
+            count=_admitted,
+            polled=rss.polled,
+            poll_s=POLL_S,
+            reuse_triggers=True,
         ),
     )
     start = rss.samples[0].rss_mb if rss.samples else []
