@@ -101,6 +101,7 @@ async def audit_exactly_once(
         list(firsts.values()),
     )
     async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await conn.execute(tool_query("audit_work_mem"))
         windows = [
             _Window(**dict(r)) for r in await conn.fetch(tool_query("audit_windows"), *given)
         ]

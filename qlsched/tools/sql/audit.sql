@@ -6,10 +6,16 @@
 -- (parallel arrays, the caller's observed first cursor per trigger; a trigger not listed
 -- starts at its earliest Run). Run both in one REPEATABLE READ snapshot.
 
+-- name: audit_work_mem
+-- Inside the audit's transaction: room for its hash aggregates over every Run, Attempt and
+-- event in memory (at the default 4 MB a million-Run audit spills them to disk).
+SET LOCAL work_mem = '256MB';
+
 -- fragment: audit_heads
--- CTEs: given, backfills, cron_runs (every Run but trigger-now ones, with whether a recorded
--- backfill range of its trigger and revision covers it), span, heads (per schedule row: its
--- spec, counters and window [first_ms, end_ms), as verify_exactly_once computes them).
+-- CTEs: given, backfills, backfilled, cron_runs (every Run but trigger-now ones, with
+-- whether a recorded backfill range of its trigger and revision covers it), span, heads (per
+-- schedule row: its spec, counters and window [first_ms, end_ms), as verify_exactly_once
+-- computes them).
 given AS (
     SELECT g.project_id, g.trigger_id, g.first_ms
       FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
@@ -20,12 +26,18 @@ backfills AS (
       FROM qlsched.control_requests AS q
      WHERE q.kind = 'backfill'
 ),
+backfilled AS MATERIALIZED (
+    -- Few ranges: each walks runs_trigger_idx; the Runs are then tested by one hashed set.
+    SELECT r.run_id
+      FROM backfills AS b
+      JOIN qlsched.runs AS r
+        ON r.project_id = b.project_id AND r.trigger_id = b.trigger_id
+       AND r.trigger_revision = b.trigger_revision
+       AND r.scheduled_for_ms BETWEEN b.from_ms AND b.to_ms
+),
 cron_runs AS MATERIALIZED (
     SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
-           EXISTS (SELECT 1 FROM backfills AS b
-                    WHERE b.project_id = r.project_id AND b.trigger_id = r.trigger_id
-                      AND b.trigger_revision = r.trigger_revision
-                      AND r.scheduled_for_ms BETWEEN b.from_ms AND b.to_ms) AS backfilled
+           r.run_id IN (SELECT f.run_id FROM backfilled AS f) AS backfilled
       FROM qlsched.runs AS r
      WHERE r.idempotency_key NOT LIKE 'ql3:manual:%'
 ),
