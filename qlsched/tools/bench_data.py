@@ -101,6 +101,11 @@ async def reset(conn: Connection) -> None:
     await conn.execute(tool_query("bench_reset"))
 
 
+async def reset_runs(conn: Connection) -> None:
+    """Empty the history, keep the triggers and schedule rows (``bench_reset_runs``)."""
+    await conn.execute(tool_query("bench_reset_runs"))
+
+
 async def load_triggers(
     conn: Connection,
     count: int,
@@ -155,15 +160,37 @@ async def load_schedules(conn: Connection, count: int, state: RowState, *, now_m
 
 
 async def load_not_due(
-    conn: Connection, count: int, *, crons: Sequence[str], misfire: str, grace_ms: int
-) -> None:
+    conn: Connection,
+    count: int,
+    *,
+    crons: Sequence[str],
+    misfire: str,
+    grace_ms: int,
+    reuse: bool = False,
+) -> bool:
     """Empty tables, then ``count`` triggers (``load_triggers``) whose schedule rows are not
-    due for a day: loaded before the replicas start, due when the bench moves the cursors."""
-    await reset(conn)
+    due for a day: loaded before the replicas start, due when the bench moves the cursors.
+
+    ``reuse``: when the bench project already holds exactly these triggers (one cron, the
+    same policy), keep them and empty only the history; the schedule rows are rewritten
+    either way. Returns whether they were reused."""
+    reused = reuse and len(crons) == 1 and await _loaded(conn, count, crons[0], misfire, grace_ms)
     now = await now_ms(conn)
-    await load_triggers(conn, count, crons=crons, misfire=misfire, grace_ms=grace_ms, now_ms=now)
+    if reused:
+        await reset_runs(conn)
+    else:
+        await reset(conn)
+        await load_triggers(
+            conn, count, crons=crons, misfire=misfire, grace_ms=grace_ms, now_ms=now
+        )
     await load_schedules(conn, count, RowState(later_ms=now + 86_400_000), now_ms=now)
     await vacuum(conn)
+    return reused
+
+
+async def _loaded(conn: Connection, count: int, cron: str, misfire: str, grace_ms: int) -> bool:
+    row = await conn.fetchrow(tool_query("bench_loaded_triggers"), PROJECT, cron, misfire, grace_ms)
+    return row is not None and row["triggers"] == count and row["matching"] == count
 
 
 async def set_cursors(conn: Connection, cursors: Sequence[int]) -> int:

@@ -26,7 +26,16 @@ no later than the queue time of the Run before them are the ones a late Fire can
 over). The counters live on the schedule row and survive a re-publish, while the check covers
 the current revision only: with several revisions the lost count can only come out low.
 
-The report covers the admission shape: run it before a dispatcher moves Runs on.
+Control requests (issue #18): a trigger-now Run (key ``ql3:manual:v1:…``) is checked
+against its recorded request (same trigger and revision, ``scheduled_for`` = the time it was
+recorded, the key core computes for it), not against the cron; one that matches no request
+is ``unexpected``. A cron-keyed Run inside a recorded backfill range of its trigger and
+revision is accounted for by that request when it is an occurrence of the cron, even outside
+the window. Duplicates are counted over cron-keyed Runs only: a trigger-now Run may share a
+millisecond with an occurrence, and its key is one per request.
+
+The report covers the admission shape: run it before a dispatcher moves Runs on. For a large
+history, ``qlsched.tools.audit`` makes the same checks set-based and returns counts.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from collections.abc import Mapping
 import msgspec
 
 from qlsched.core.cron import next_after, parse_cron
-from qlsched.core.keys import idempotency_key
+from qlsched.core.keys import MANUAL_KEY_PREFIX, idempotency_key, manual_key
 from qlsched.postgres.pool import Connection
 from qlsched.tools.queries import tool_query
 
@@ -99,6 +108,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int
     coalesced: int
     triggers: list[TriggerTally]
+    manual: int = 0
+    """Trigger-now Runs that match their recorded request."""
+    backfilled: int = 0
+    """Cron-keyed Runs inside a recorded backfill range (occurrences of the cron)."""
 
     @property
     def ok(self) -> bool:
@@ -149,6 +162,53 @@ class _Schedule(msgspec.Struct, frozen=True):
     dst_fold: str = "first"
 
 
+class _Request(msgspec.Struct, frozen=True):
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    kind: str
+    created_at_ms: int
+    from_ms: int | None
+    to_ms: int | None
+
+
+def is_manual(key: str) -> bool:
+    """A trigger-now Run's key (one per request), not an occurrence's."""
+    return key.startswith(MANUAL_KEY_PREFIX + ":")
+
+
+class _Requests:
+    """The recorded control requests, indexed for the checks."""
+
+    def __init__(self, requests: list[_Request]) -> None:
+        self.manual_keys: set[tuple[str, str, int, int, str]] = set()
+        self.ranges: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+        for q in requests:
+            if q.kind == "trigger":
+                key = manual_key(q.trigger_id, q.trigger_revision, uuid.UUID(str(q.request_id)))
+                self.manual_keys.add(
+                    (q.project_id, q.trigger_id, q.trigger_revision, q.created_at_ms, key)
+                )
+            elif q.from_ms is not None and q.to_ms is not None:
+                ref = (q.project_id, q.trigger_id, q.trigger_revision)
+                self.ranges.setdefault(ref, []).append((q.from_ms, q.to_ms))
+
+    def requested(self, run: _Run) -> bool:
+        """A trigger-now Run that matches a recorded trigger-now request."""
+        return (
+            run.project_id,
+            run.trigger_id,
+            run.trigger_revision,
+            run.scheduled_for_ms,
+            run.idempotency_key,
+        ) in self.manual_keys
+
+    def in_backfill(self, run: _Run) -> bool:
+        ranges = self.ranges.get((run.project_id, run.trigger_id, run.trigger_revision), ())
+        return any(lo <= run.scheduled_for_ms <= hi for lo, hi in ranges)
+
+
 def _run_problems(run: _Run) -> tuple[list[str], list[str], list[str]]:
     """(run, attempt, event) problems of one Run."""
     runs: list[str] = []
@@ -164,7 +224,7 @@ def _run_problems(run: _Run) -> tuple[list[str], list[str], list[str]]:
     ):
         runs.append("no admitting fence recorded")
     expected_key = idempotency_key(run.trigger_id, run.trigger_revision, run.scheduled_for_ms)
-    if run.idempotency_key != expected_key:
+    if not is_manual(run.idempotency_key) and run.idempotency_key != expected_key:
         runs.append(f"idempotency key {run.idempotency_key!r}, expected {expected_key!r}")
     attempts: list[str] = []
     if run.attempts != 1 or run.pristine_attempts != 1:
@@ -177,22 +237,35 @@ def _run_problems(run: _Run) -> tuple[list[str], list[str], list[str]]:
     return runs, attempts, events
 
 
-def _expected(schedule: _Schedule, first_ms: int, end_ms: int) -> list[int]:
-    """Core's occurrences in ``[first_ms, end_ms)``."""
-    cron = parse_cron(
-        schedule.cron, schedule.timezone, dst_gap=schedule.dst_gap, dst_fold=schedule.dst_fold
-    )
+def occurrences(
+    cron: str, timezone: str, dst_gap: str, dst_fold: str, first_ms: int, end_ms: int, *, who: str
+) -> list[int]:
+    """Core's occurrences of a cron in ``[first_ms, end_ms)`` (``who`` names it in errors)."""
+    parsed = parse_cron(cron, timezone, dst_gap=dst_gap, dst_fold=dst_fold)
     found: list[int] = []
-    t = next_after(cron, first_ms - 1)
+    t = next_after(parsed, first_ms - 1)
     while t < end_ms:
         found.append(t)
         if len(found) > MAX_OCCURRENCES:
             raise ValueError(
-                f"{schedule.project_id}/{schedule.trigger_id}: more than {MAX_OCCURRENCES} "
-                "occurrences in the window; is the first cursor right?"
+                f"{who}: more than {MAX_OCCURRENCES} occurrences in the window; "
+                "is the first cursor right?"
             )
-        t = next_after(cron, t)
+        t = next_after(parsed, t)
     return found
+
+
+def _expected(schedule: _Schedule, first_ms: int, end_ms: int) -> list[int]:
+    """Core's occurrences in ``[first_ms, end_ms)``."""
+    return occurrences(
+        schedule.cron,
+        schedule.timezone,
+        schedule.dst_gap,
+        schedule.dst_fold,
+        first_ms,
+        end_ms,
+        who=f"{schedule.project_id}/{schedule.trigger_id}",
+    )
 
 
 def _attribute_lost(
@@ -231,14 +304,17 @@ def _attribute_lost(
 
 
 def _tally(
-    schedule: _Schedule, runs: list[_Run], first_cursor: int | None
-) -> tuple[TriggerTally, list[int], list[int]]:
-    """One trigger's tally, its lost and its unexpected occurrences (current revision)."""
+    schedule: _Schedule, runs: list[_Run], first_cursor: int | None, requests: _Requests
+) -> tuple[TriggerTally, list[int], list[int], int]:
+    """One trigger's tally, its lost and its unexpected occurrences (current revision), and
+    how many of its Runs a backfill accounts for (``runs``: its cron-keyed Runs)."""
     current = sorted(
         (r for r in runs if r.trigger_revision == schedule.trigger_revision),
         key=lambda r: r.scheduled_for_ms,
     )
-    earliest_run = current[0].scheduled_for_ms if current else None
+    backfilled = {r.scheduled_for_ms for r in current if requests.in_backfill(r)}
+    cron_starts = [r.scheduled_for_ms for r in current if r.scheduled_for_ms not in backfilled]
+    earliest_run = cron_starts[0] if cron_starts else None
     starts = [t for t in (first_cursor, earliest_run) if t is not None]
     first = min(starts) if starts else None
     end = schedule.next_fire_at_ms
@@ -247,7 +323,11 @@ def _tally(
     expected = _expected(schedule, first, end) if first is not None and end is not None else []
     have = {r.scheduled_for_ms for r in current}
     expected_set = set(expected)
-    unexpected = sorted(t for t in have if t not in expected_set)
+    cron = parse_cron(
+        schedule.cron, schedule.timezone, dst_gap=schedule.dst_gap, dst_fold=schedule.dst_fold
+    )
+    accounted = {t for t in backfilled if next_after(cron, t - 1) == t}
+    unexpected = sorted(t for t in have if t not in expected_set and t not in accounted)
     in_window = [r for r in current if r.scheduled_for_ms in expected_set]
     missing = [t for t in expected if t not in have]
     lost, _left_over = _attribute_lost(
@@ -269,7 +349,7 @@ def _tally(
         coalesced=schedule.coalesced_total,
         lost=len(lost),
     )
-    return tally, lost, unexpected
+    return tally, lost, unexpected, sum(1 for r in current if r.scheduled_for_ms in accounted)
 
 
 async def verify_exactly_once(
@@ -289,6 +369,9 @@ async def verify_exactly_once(
     firsts = dict(first_cursors or {})
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         schedules = [_Schedule(**dict(r)) for r in await conn.fetch(tool_query("verify_schedules"))]
+        requests = _Requests(
+            [_Request(**dict(r)) for r in await conn.fetch(tool_query("verify_requests"))]
+        )
         duplicate_rows = await conn.fetch(tool_query("verify_duplicates"))
         runs = [_Run(**dict(r)) for r in await conn.fetch(tool_query("verify_runs"))]
 
@@ -296,8 +379,17 @@ async def verify_exactly_once(
     bad_runs: list[RunProblem] = []
     bad_attempts: list[RunProblem] = []
     bad_events: list[RunProblem] = []
+    manual = 0
+    manual_unexpected: list[Occurrence] = []
     for run in runs:
-        by_trigger.setdefault((run.project_id, run.trigger_id), []).append(run)
+        if not is_manual(run.idempotency_key):
+            by_trigger.setdefault((run.project_id, run.trigger_id), []).append(run)
+        elif requests.requested(run):
+            manual += 1
+        else:
+            manual_unexpected.append(
+                Occurrence(run.project_id, run.trigger_id, run.scheduled_for_ms)
+            )
         for problems, into in zip(
             _run_problems(run), (bad_runs, bad_attempts, bad_events), strict=True
         ):
@@ -314,12 +406,16 @@ async def verify_exactly_once(
 
     tallies: list[TriggerTally] = []
     lost: list[Occurrence] = []
-    unexpected: list[Occurrence] = []
+    unexpected: list[Occurrence] = list(manual_unexpected)
     known: set[TriggerRef] = set()
+    backfilled = 0
     for schedule in schedules:
         ref = (schedule.project_id, schedule.trigger_id)
         known.add(ref)
-        tally, lost_ms, unexpected_ms = _tally(schedule, by_trigger.get(ref, []), firsts.get(ref))
+        tally, lost_ms, unexpected_ms, filled = _tally(
+            schedule, by_trigger.get(ref, []), firsts.get(ref), requests
+        )
+        backfilled += filled
         tallies.append(tally)
         lost += [Occurrence(*ref, t) for t in lost_ms]
         unexpected += [Occurrence(*ref, t) for t in unexpected_ms]
@@ -341,6 +437,8 @@ async def verify_exactly_once(
         skipped=sum(t.skipped for t in tallies),
         coalesced=sum(t.coalesced for t in tallies),
         triggers=tallies,
+        manual=manual,
+        backfilled=backfilled,
     )
 
 

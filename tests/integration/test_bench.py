@@ -1,4 +1,4 @@
-"""``qlsched bench --quick --json`` end to end, in a subprocess, as a newcomer runs it.
+"""``qlsched bench --quick --scale --json`` end to end, in a subprocess, as a newcomer runs it.
 
 A smoke run: it must finish, exit 0, print exactly one JSON object carrying every key of the
 report's contract (docs/contract.md §7), and hold exactly once in every replica phase (0 duplicates,
@@ -30,7 +30,7 @@ QUICK_ROWS = ("1000", "10000")
 
 
 def _command() -> list[str]:
-    argv = [sys.executable, "-m", "qlsched", "bench", "--quick", "--json"]
+    argv = [sys.executable, "-m", "qlsched", "bench", "--quick", "--scale", "--json"]
     if dsn := os.environ.get("QLSCHED_TEST_DSN"):
         argv += ["--dsn", dsn]
     if bindir := os.environ.get("QLSCHED_TEST_PG_BINDIR"):
@@ -57,8 +57,9 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
     having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
     replicas' CPU per occurrence, the publish phase, the observe phase's three reads with
-    the bounded backlog, the drain's progress), 0 duplicates and 0 lost in each drain and
-    in steady."""
+    the bounded backlog, the drain's progress; with ``--scale`` the big burst, on the
+    observe phase's triggers, and the big steady load, audited set-based; each phase's wall
+    time), 0 duplicates and 0 lost in each drain and in steady."""
     proc = subprocess.run(
         _command(),
         cwd=REPO,
@@ -134,5 +135,22 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     progress = report["drain"]["progress"]
     assert progress["admitted"][-1] == report["drain"]["triggers"]
 
+    big = report["scale"]
+    for phase in (big["burst"], big["steady"]):
+        assert phase["duplicates"] == phase["lost"] == phase["malformed"] == 0
+    assert big["burst"]["admitted"] == big["burst"]["triggers"]
+    assert "reused" in proc.stderr, "the big burst keeps the observe phase's triggers"
+    assert list(report["phase_seconds"]) == [
+        "burst",
+        "ceiling",
+        "same_tick",
+        "steady",
+        "scale",
+        "publish",
+        "costs",
+        "observe",
+        "scale_burst",
+        "scale_steady",
+    ]
     assert report["exactly_once"] is True
     assert "qlsched bench" in proc.stderr, "progress lines go to stderr"

@@ -3,7 +3,9 @@
 One in-process replica schedules two fast triggers for a few seconds; the history it leaves
 must verify clean. Then a superuser corrupts it the ways the fault tests must catch - a
 second Run for an occurrence, an occurrence whose Run vanished, a malformed Run, a Run at no
-occurrence - and the verifier must name each one, and nothing else.
+occurrence - and the verifier must name each one, and nothing else. The set-based audit
+(``qlsched.tools.audit``) must count the same. Control requests: trigger-now and backfill
+Runs are accounted to their requests, never flagged, while a real duplicate still is.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from typing import Any
 import pytest
 import trio
 
+from qlsched.admin import backfill, trigger_now
 from qlsched.cluster.root import open_cluster_control
 from qlsched.core.config import Config
+from qlsched.core.requests import Recorded
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
+from qlsched.tools.audit import AuditReport, audit_exactly_once
 from qlsched.tools.verify import Occurrence, VerifyReport, verify_exactly_once
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
@@ -45,16 +50,39 @@ async def _verify(db: TestDatabase, **kwargs: Any) -> VerifyReport:
         return await verify_exactly_once(conn, **kwargs)
 
     report: VerifyReport = await _sql(db.observer_dsn, fn)
+    audit = await _audit(db, **kwargs)
+    # The set-based audit counts what the verifier lists.
+    assert audit.duplicates == len(report.duplicates), (audit, report)
+    assert audit.lost == len(report.lost), (audit, report)
+    assert audit.unexpected == len(report.unexpected), (audit, report)
+    assert audit.bad_runs == len({p.run_id for p in report.bad_runs}), (audit, report)
+    assert audit.bad_attempts == len({p.run_id for p in report.bad_attempts}), (audit, report)
+    assert audit.bad_events == len({p.run_id for p in report.bad_events}), (audit, report)
+    assert (audit.manual, audit.backfilled) == (report.manual, report.backfilled)
+    assert audit.ok == report.ok
     return report
 
 
-async def _schedule_for(db: TestDatabase, seconds: float) -> None:
-    """Publish SPEC and run one replica for ``seconds``, then stop it in order."""
+async def _audit(db: TestDatabase, **kwargs: Any) -> AuditReport:
+    async def fn(conn: Connection) -> AuditReport:
+        return await audit_exactly_once(conn, **kwargs)
+
+    audit: AuditReport = await _sql(db.observer_dsn, fn)
+    return audit
+
+
+async def _schedule_for(
+    db: TestDatabase, seconds: float, requests: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Publish SPEC (then record ``requests``) and run one replica for ``seconds``, then
+    stop it in order."""
 
     async def fn(conn: Connection) -> None:
         await publish(conn, SPEC)
 
     await _sql(db.admin_dsn, fn)
+    if requests is not None:
+        await requests()
     config = Config(
         dsn=db.runtime_dsn, owner="r1", lease_ms=10_000, cadence_ms=100, stop_timeout_ms=2_000
     )
@@ -232,3 +260,87 @@ async def test_run_at_no_occurrence_is_unexpected(scheduled: TestDatabase) -> No
     assert not report.lost
     assert not report.bad_runs
     assert not report.ok
+
+
+async def _now_ms(db: TestDatabase) -> int:
+    async def fn(conn: Connection) -> int:
+        return int(
+            await conn.fetchval("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        )
+
+    now: int = await _sql(db.superuser_dsn, fn)
+    return now
+
+
+@pytest.fixture
+async def requested(pg_db: TestDatabase) -> TestDatabase:
+    """A real history with a trigger-now Run of every-second and a backfill of every-2s
+    over ten seconds before the replica started (so before its cron window)."""
+
+    async def record() -> None:
+        start = await _now_ms(pg_db) // 2000 * 2000 - 19_000  # an odd second: 5 even ones
+        manual = await trigger_now(pg_db.admin_dsn, "p/every-second")
+        assert isinstance(manual, Recorded), manual
+        filled = await backfill(pg_db.admin_dsn, "p/every-2s", start=start, end=start + 10_000)
+        assert isinstance(filled, Recorded), filled
+
+    await _schedule_for(pg_db, 4.5, record)
+    return pg_db
+
+
+async def test_request_runs_are_not_flagged(requested: TestDatabase) -> None:
+    """A trigger-now Run (its own key, scheduled_for = the request's time) and backfilled
+    Runs before the cron window are accounted to their requests: not extra, not duplicate,
+    and the backfill does not stretch the window back (no occurrence reads as lost)."""
+    report = await _verify(requested)
+    assert report.ok, report
+    assert report.manual == 1
+    assert report.backfilled == 5  # the even seconds inside a 10 s range
+
+
+async def test_trigger_now_run_at_an_occurrence_is_not_a_duplicate(
+    requested: TestDatabase,
+) -> None:
+    """A trigger-now Run whose request was recorded at the very millisecond of an
+    occurrence that cron also admitted is no duplicate: its key is the request's."""
+    run = (await _runs(requested, "every-second"))[0]
+
+    async def align(conn: Connection) -> None:
+        async with conn.transaction():
+            await conn.execute(
+                "UPDATE qlsched.control_requests SET created_at_ms = $1 WHERE kind = 'trigger'",
+                run["scheduled_for_ms"],
+            )
+            await conn.execute(
+                "UPDATE qlsched.runs SET scheduled_for_ms = $1"
+                " WHERE idempotency_key LIKE 'ql3:manual:%'",
+                run["scheduled_for_ms"],
+            )
+
+    await _sql(requested.superuser_dsn, align)
+    report = await _verify(requested)
+    assert report.ok, report
+    assert report.manual == 1
+
+
+async def test_duplicate_beside_requests_is_reported(requested: TestDatabase) -> None:
+    """Requests do not hide a real duplicate: a second cron-keyed Run of an occurrence, or
+    of a backfilled occurrence, is counted; a trigger-now Run with no request is unexpected."""
+    run = (await _runs(requested, "every-second"))[-1]
+    await _copy_run(
+        requested, run, scheduled_for_ms=run["scheduled_for_ms"], key="not-the-real-key"
+    )
+    filled = (await _runs(requested, "every-2s"))[0]
+    await _copy_run(
+        requested, filled, scheduled_for_ms=filled["scheduled_for_ms"], key="another-key"
+    )
+    report = await _verify(requested)
+    assert report.duplicates == [
+        Occurrence("p", "every-2s", filled["scheduled_for_ms"]),
+        Occurrence("p", "every-second", run["scheduled_for_ms"]),
+    ]
+    assert not report.ok
+    stray = f"ql3:manual:v1:every-second:1:{uuid.uuid4()}"
+    await _copy_run(requested, run, scheduled_for_ms=run["scheduled_for_ms"] + 1, key=stray)
+    report = await _verify(requested)
+    assert report.unexpected == [Occurrence("p", "every-second", run["scheduled_for_ms"] + 1)]

@@ -63,6 +63,8 @@ class DrainHooks:
     """Runs admitted so far, instead of counting them in the database at every poll."""
     polled: Callable[[list[Replica], int], None] | None = None
     """Called with the admitted count just before the rows fall due and at every poll."""
+    reuse_triggers: bool = False
+    """Keep the triggers the previous phase loaded when they are these (``load_not_due``)."""
     poll_s: float = 0.1
     """How often the runs are counted: the rate is read from queue times, so polling only
     decides when the phase ends, and slower polling takes less from the measured server."""
@@ -84,10 +86,13 @@ async def _drain(session: BenchSession, *, same_tick: bool, hooks: DrainHooks) -
     misfire, grace = ("skip", 60_000) if same_tick else ("fire_once", LARGEST_GRACE_MS)
     session.note(f"{label}: loading {n:,} triggers ({cron!r}, misfire {misfire})")
 
-    async def load(conn: Connection) -> None:
-        await bench_data.load_not_due(conn, n, crons=[cron], misfire=misfire, grace_ms=grace)
+    async def load(conn: Connection) -> bool:
+        return await bench_data.load_not_due(
+            conn, n, crons=[cron], misfire=misfire, grace_ms=grace, reuse=hooks.reuse_triggers
+        )
 
-    await session.call(load)
+    if await session.call(load):
+        session.note(f"{label}: the previous phase's {n:,} triggers reused")
     if hooks.loaded is not None:
         await hooks.loaded()
     replicas = await session.start_replicas(o.replicas)

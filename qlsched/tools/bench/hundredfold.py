@@ -44,10 +44,6 @@ LAG_EDGES_MS = [0, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 750, 1000, 200
 PROBE_OWNER = "bench-probe"
 
 
-async def hundredfold(session: BenchSession, small: DrainResult) -> ScaleResult:
-    return ScaleResult(burst=await big_burst(session, small), steady=await big_steady(session))
-
-
 class _Rss:
     """Samples of every replica's RSS as the drain goes (read from ``/proc``)."""
 
@@ -100,7 +96,12 @@ async def big_burst(session: BenchSession, small: DrainResult) -> BigBurst:
     d = await burst(
         session,
         DrainHooks(
-            triggers=n, loaded=check_plan, count=_admitted, polled=rss.polled, poll_s=POLL_S
+            triggers=n,
+            loaded=check_plan,
+            count=_admitted,
+            polled=rss.polled,
+            poll_s=POLL_S,
+            reuse_triggers=True,
         ),
     )
     start = rss.samples[0].rss_mb if rss.samples else []

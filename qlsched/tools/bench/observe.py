@@ -3,8 +3,10 @@
 It runs on the costs phase's history (10M terminal Runs and their Attempts; fewer with
 ``--quick``), to which it adds ``observe_triggers`` triggers (1M), every one due and
 validly claimed by another owner (an hour's lease): the largest backlog there can be, and
-one a running replica leaves alone, so the timings are the reads' own. Then, each timed
-from this process, one call at a time:
+one a running replica leaves alone, so the timings are the reads' own. The triggers are
+the burst's (yearly, ``fire_once``: what the reads show does not depend on the cron), so
+the million-trigger burst of ``--scale`` that follows reuses them instead of loading its
+own. Then, each timed from this process, one call at a time:
 
 * ``status``: ``read_status`` on an open observer connection (what ``qlsched status``
   reads: schedules, the bounded backlog, recent Runs, refused triggers);
@@ -12,7 +14,7 @@ from this process, one call at a time:
 * ``/v1/schedules``: ``GET`` of 1,000-row pages, the first and then at cursors spread over
   the whole key space (keyset pagination).
 
-The database is emptied at the end.
+The history is emptied at the end; the triggers stay.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import trio
 from qlsched.postgres.pool import Connection, open_database
 from qlsched.postgres.status import StatusReport, read_status
 from qlsched.tools import bench_data
+from qlsched.tools.bench.drain import LARGEST_GRACE_MS, YEARLY
 from qlsched.tools.bench.results import Target, percentile
 from qlsched.tools.bench.scale_results import EndpointTiming, ObserveResult
 from qlsched.tools.bench.session import BenchSession
@@ -34,7 +37,6 @@ from qlsched.tools.bench_data import RowState
 ENDPOINT_MS = 100.0
 HTTP_TIMEOUT_S = 10.0
 PAGE = 1000
-EVERY_MINUTE = "* * * * *"
 
 
 def timing(samples_ms: list[float]) -> EndpointTiming:
@@ -57,7 +59,7 @@ async def observe(session: BenchSession, runs: int) -> ObserveResult:
     async def load(conn: Connection) -> None:
         now = await bench_data.now_ms(conn)
         await bench_data.load_triggers(
-            conn, n, crons=[EVERY_MINUTE], misfire="skip", grace_ms=60_000, now_ms=now
+            conn, n, crons=[YEARLY], misfire="fire_once", grace_ms=LARGEST_GRACE_MS, now_ms=now
         )
         state = RowState(due_pct=100, claimed_from=0, due_at_ms=now - 1_000)
         await bench_data.load_schedules(conn, n, state, now_ms=now)
@@ -87,7 +89,7 @@ async def observe(session: BenchSession, runs: int) -> ObserveResult:
     finally:
         for problem in await session.stop_replicas([replica]):
             session.note(f"observe: {problem}")
-    await session.call(bench_data.reset)
+    await session.call(bench_data.reset_runs)
     result = ObserveResult(
         triggers=n,
         runs=runs,

@@ -135,6 +135,10 @@ def render(report: BenchReport) -> str:
         out.append(_judged(t))
     verdict = "held" if report.exactly_once else "VIOLATED"
     out += ["", f"exactly once: {verdict}; wall time {report.seconds:.0f} s"]
+    if report.phase_seconds:
+        out.append(
+            "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in report.phase_seconds.items())
+        )
     return "\n".join(out)
 
 

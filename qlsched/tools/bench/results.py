@@ -283,6 +283,8 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """No duplicate, lost or malformed Run in any replica phase."""
     seconds: float
     """Wall time of the whole run."""
+    phase_seconds: dict[str, float] = msgspec.field(default_factory=dict)
+    """Wall time of each phase, loads and audits included, in run order."""
 
 
 def exactly_once(*phases: DrainResult | SteadyResult) -> bool:

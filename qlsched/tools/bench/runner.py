@@ -6,7 +6,8 @@ size and the replicas' RSS), publish (a large file, twice), then costs (a decisi
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
-the database first (observe reads the history costs leaves).
+the database first (observe reads the history costs leaves; the million-trigger burst
+reuses observe's triggers). Each phase's wall time is in ``phase_seconds``.
 The caller owns the database (``Target``), the fleet and the work directory; this module
 opens and closes only the superuser pool it uses.
 """
@@ -14,7 +15,9 @@ opens and closes only the superuser pool it uses.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -24,15 +27,23 @@ from qlsched.tools.bench import machine as machine_facts
 from qlsched.tools.bench.ceiling import ceiling
 from qlsched.tools.bench.costs import LIVE_ATTEMPTS, costs
 from qlsched.tools.bench.drain import burst, same_tick
-from qlsched.tools.bench.hundredfold import hundredfold, scale_exactly_once, scale_targets
+from qlsched.tools.bench.hundredfold import (
+    big_burst,
+    big_steady,
+    scale_exactly_once,
+    scale_targets,
+)
 from qlsched.tools.bench.observe import observe, observe_targets
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
 from qlsched.tools.bench.scale import scale
+from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
 from qlsched.tools.bench.targets import targets
+
+T = TypeVar("T")
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,15 +83,32 @@ async def run_bench(
             f"PostgreSQL {facts.version}; {options.triggers:,} triggers, {options.replicas} "
             f"replicas, {options.seconds} s" + (" (quick)" if options.quick else "")
         )
-        drain = await burst(session)
-        pair = await ceiling(session, drain.occurrences_per_s)
-        tick = await same_tick(session)
-        steady_result = await steady(session)
-        claims, rss = await scale(session)
-        published = await publish_cost(session)
-        cost = await costs(session, keep_history=True)
-        observed = await observe(session, runs=cost.recovery.terminal_attempts + LIVE_ATTEMPTS)
-        big = await hundredfold(session, drain) if options.scale else None
+        phases: dict[str, float] = {}
+
+        async def timed(name: str, phase: Awaitable[T]) -> T:
+            t0 = time.monotonic()
+            result = await phase
+            phases[name] = round(time.monotonic() - t0, 1)
+            session.note(f"{name}: phase took {phases[name]:.1f} s")
+            return result
+
+        drain = await timed("burst", burst(session))
+        pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
+        tick = await timed("same_tick", same_tick(session))
+        steady_result = await timed("steady", steady(session))
+        claims, rss = await timed("scale", scale(session))
+        published = await timed("publish", publish_cost(session))
+        cost = await timed("costs", costs(session, keep_history=True))
+        observed = await timed(
+            "observe",
+            observe(session, runs=cost.recovery.terminal_attempts + LIVE_ATTEMPTS),
+        )
+        big = None
+        if options.scale:
+            big = ScaleResult(
+                burst=await timed("scale_burst", big_burst(session, drain)),
+                steady=await timed("scale_steady", big_steady(session)),
+            )
     return BenchReport(
         machine=machine_facts.machine(),
         load={"start": load_start, "end": machine_facts.load()},
@@ -131,4 +159,5 @@ async def run_bench(
         readiness_cost=cost.readiness,
         exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
+        phase_seconds=phases,
     )

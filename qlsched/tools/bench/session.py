@@ -22,6 +22,7 @@ import trio
 
 from qlsched.postgres.pool import Connection, Database
 from qlsched.tools import bench_data
+from qlsched.tools.audit import AuditReport, audit_exactly_once
 from qlsched.tools.bench.replicas import (
     Fleet,
     Replica,
@@ -30,7 +31,6 @@ from qlsched.tools.bench.replicas import (
     stop,
     wait_started,
 )
-from qlsched.tools.verify import VerifyReport, verify_exactly_once
 
 T = TypeVar("T")
 
@@ -193,16 +193,19 @@ class BenchSession:
         return retries, statements
 
     async def verify(self, first_cursors: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
-        """(duplicates, lost, malformed) by ``verify_exactly_once`` over the whole database."""
+        """(duplicates, lost, malformed) by ``audit_exactly_once`` over the whole database
+        (set-based: counts come back, not the Runs); a sample of what it found is noted."""
 
-        async def fn(conn: Connection) -> VerifyReport:
-            return await verify_exactly_once(conn, first_cursors=first_cursors)
+        async def fn(conn: Connection) -> AuditReport:
+            return await audit_exactly_once(conn, first_cursors=first_cursors)
 
+        started = time.monotonic()
         report = await self.call(fn)
-        malformed = (
-            len(report.bad_runs)
-            + len(report.bad_attempts)
-            + len(report.bad_events)
-            + len(report.unexpected)
-        )
-        return len(report.duplicates), len(report.lost), malformed
+        self.note(f"audit: {report.runs:,} Runs in {time.monotonic() - started:.1f} s")
+        if not report.ok:
+            self.note(
+                f"audit: samples: duplicates {report.duplicate_sample}, lost "
+                f"{report.lost_sample}, unexpected {report.unexpected_sample}, malformed "
+                f"{report.malformed_sample}"
+            )
+        return report.duplicates, report.lost, report.malformed

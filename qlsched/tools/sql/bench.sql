@@ -14,6 +14,24 @@ TRUNCATE qlsched.recovery_marks, qlsched.run_events, qlsched.attempts, qlsched.r
          qlsched.trigger_schedules, qlsched.triggers, qlsched.execution_revisions,
          qlsched.tasks, qlsched.projects;
 
+-- name: bench_reset_runs
+-- Empty the history (Runs, Attempts, events, recovery marks, requests, actions) and keep
+-- the projects, tasks, triggers and schedule rows: a phase that reuses the triggers the
+-- previous one loaded starts from no Runs.
+TRUNCATE qlsched.recovery_marks, qlsched.run_events, qlsched.attempts, qlsched.runs,
+         qlsched.control_requests, qlsched.schedule_actions, qlsched.schedule_action_totals;
+
+-- name: bench_loaded_triggers
+-- ($1 project) how many triggers it has, and how many of them are what bench_load_triggers
+-- writes for cron $2, misfire policy $3 and grace $4 ms (enabled, revision 1, UTC).
+SELECT pg_catalog.count(*)::bigint AS triggers,
+       (pg_catalog.count(*) FILTER (
+           WHERE t.cron = $2::text AND t.misfire_policy = $3::text
+             AND t.misfire_grace_ms = $4::bigint AND t.enabled AND t.revision = 1
+             AND t.timezone = 'UTC' AND t.kind = 'cron'))::bigint AS matching
+  FROM qlsched.triggers AS t
+ WHERE t.project_id = $1::text;
+
 -- name: bench_truncate_schedules
 -- Empty trigger_schedules only (nothing references it), to reload it in another state.
 TRUNCATE qlsched.trigger_schedules;

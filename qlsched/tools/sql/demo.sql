@@ -12,12 +12,22 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, s.next_fire_at_
 
 -- name: verify_duplicates
 -- Occurrences with more than one Run, over every revision (a re-published trigger starts
--- after its last occurrence, so no occurrence may repeat across revisions either).
+-- after its last occurrence, so no occurrence may repeat across revisions either). Runs of
+-- trigger-now requests are left out: their keys are one per request, not per occurrence.
 SELECT r.project_id, r.trigger_id, r.scheduled_for_ms, pg_catalog.count(*)::bigint AS runs
   FROM qlsched.runs AS r
+ WHERE r.idempotency_key NOT LIKE 'ql3:manual:%'
  GROUP BY r.project_id, r.trigger_id, r.scheduled_for_ms
 HAVING pg_catalog.count(*) > 1
  ORDER BY r.project_id, r.trigger_id, r.scheduled_for_ms;
+
+-- name: verify_requests
+-- The recorded control requests (issue #18) the verifier accounts Runs to: trigger-now
+-- requests by key and recording time, backfills by range. No parameters.
+SELECT q.request_id, q.project_id, q.trigger_id, q.trigger_revision, q.kind,
+       q.created_at_ms, q.from_ms, q.to_ms
+  FROM qlsched.control_requests AS q
+ ORDER BY q.created_at_ms, q.request_id;
 
 -- name: verify_runs
 -- Every Run with the shape admission must have left: its fence (owner, token, version),
