@@ -6,7 +6,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+from importlib.abc import Traversable
 from pathlib import Path
+
+import pytest
+
+import qlsched.sqlite.migrate as migrate_module
+from qlsched.sqlite.database import open_checked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,3 +111,40 @@ def read(db: Path, sql: str) -> list[tuple[object, ...]]:
         return list(conn.execute(sql))
     finally:
         conn.close()
+
+
+def file_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, keep: tuple[str, ...]) -> str:
+    """An Edge file migrated only to the shipped migrations whose names start with ``keep``
+    (as an earlier version left it), holding project ``p``, task ``job`` and its execution
+    revision; the caller inserts the trigger the upgrade is about."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for entry in migrate_module.schema_dir().iterdir():
+        if entry.name == "ledger.sql" or entry.name.startswith(keep):
+            (old / entry.name).write_bytes(entry.read_bytes())
+
+    def patched() -> Traversable:
+        return old
+
+    path = str(tmp_path / "edge.sqlite3")
+    with monkeypatch.context() as m:
+        m.setattr(migrate_module, "schema_dir", patched)
+        open_checked(path, create=True, apply=True).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript(
+            "INSERT INTO projects VALUES ('p', 'active', 1, 0, 0);"
+            "INSERT INTO tasks VALUES ('p', 'job', 1, printf('%064d', 1), 'true', 0, 0);"
+        )
+        conn.execute(
+            "INSERT INTO execution_revisions VALUES"
+            " (?, 'p', 'job', 1, 'remote_worker', '{}', printf('%064d', 2), 0)",
+            (OLD_EXECUTION,),
+        )
+    finally:
+        conn.close()
+    return path
+
+
+OLD_EXECUTION = "00000000-0000-4000-8000-000000000001"
+"""The execution revision ``file_before`` stores."""

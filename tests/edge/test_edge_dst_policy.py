@@ -10,14 +10,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import datetime
-from importlib.abc import Traversable
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 import trio
 
-import qlsched.sqlite.migrate as migrate_module
 from qlsched.commands.edge_status import render
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
@@ -26,7 +24,7 @@ from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
-from tests.edge.support import read
+from tests.edge.support import OLD_EXECUTION, file_before, read
 from tests.support.memory_sink import MemorySink
 
 NY = ZoneInfo("America/New_York")
@@ -119,31 +117,14 @@ def test_an_edge_file_from_before_the_policy_gets_the_defaults(
     """Rule: an Edge file migrated before 0005, holding a trigger, opens with this version:
     0005 is applied, the trigger gets ``shift``/``first`` (the rule it ran under), and the
     catalog check passes."""
-    old = tmp_path / "old"
-    old.mkdir()
-    shipped = migrate_module.schema_dir()
-    for entry in shipped.iterdir():
-        if entry.name == "ledger.sql" or entry.name.startswith("0001_"):
-            (old / entry.name).write_bytes(entry.read_bytes())
-
-    def patched() -> Traversable:
-        return old
-
-    path = str(tmp_path / "edge.sqlite3")
-    with monkeypatch.context() as m:
-        m.setattr(migrate_module, "schema_dir", patched)
-        open_checked(path, create=True, apply=True).close()
+    path = file_before(tmp_path, monkeypatch, keep=("0001_",))
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.executescript(
-            "INSERT INTO projects VALUES ('p', 'active', 1, 0, 0);"
-            "INSERT INTO tasks VALUES ('p', 'job', 1, printf('%064d', 1), 'true', 0, 0);"
-            "INSERT INTO execution_revisions VALUES ('00000000-0000-4000-8000-000000000001',"
-            " 'p', 'job', 1, 'remote_worker', '{}', printf('%064d', 2), 0);"
+        conn.execute(
             "INSERT INTO triggers (project_id, trigger_id, revision, cron, task_id, task_revision,"
             " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
-            " ('p', 'g', 1, '30 1 * * *', 'job', 1, '00000000-0000-4000-8000-000000000001',"
-            " printf('%064d', 3), 0, 0);"
+            " ('p', 'g', 1, '30 1 * * *', 'job', 1, ?, printf('%064d', 3), 0, 0)",
+            (OLD_EXECUTION,),
         )
     finally:
         conn.close()

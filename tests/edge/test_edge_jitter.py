@@ -12,13 +12,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from importlib.abc import Traversable
 from pathlib import Path
 
 import pytest
 import trio
 
-import qlsched.sqlite.migrate as migrate_module
 from qlsched.commands.edge_status import render
 from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import idempotency_key
@@ -28,7 +26,7 @@ from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import EdgeStatus, read_status
 from qlsched.sqlite.store import SqliteStore
-from tests.edge.support import publish_file, qlsched, read
+from tests.edge.support import OLD_EXECUTION, file_before, publish_file, qlsched, read
 from tests.edge.test_edge_cli import one_line_error
 from tests.support.memory_sink import MemorySink
 
@@ -149,30 +147,14 @@ def test_an_edge_file_from_before_jitter_is_due_at_its_cursors(
     """Rule: an Edge file migrated up to 0005, holding a trigger with a cursor, opens with
     this version: 0008 is applied, the trigger has no jitter, its due time is its cursor,
     and a round's read finds it due at that cursor."""
-    old = tmp_path / "old"
-    old.mkdir()
-    for entry in migrate_module.schema_dir().iterdir():
-        if entry.name == "ledger.sql" or entry.name[:4] in ("0001", "0005"):
-            (old / entry.name).write_bytes(entry.read_bytes())
-
-    def patched() -> Traversable:
-        return old
-
-    path = str(tmp_path / "edge.sqlite3")
-    with monkeypatch.context() as m:
-        m.setattr(migrate_module, "schema_dir", patched)
-        open_checked(path, create=True, apply=True).close()
+    path = file_before(tmp_path, monkeypatch, keep=("0001", "0005"))
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.executescript(
-            "INSERT INTO projects VALUES ('p', 'active', 1, 0, 0);"
-            "INSERT INTO tasks VALUES ('p', 'job', 1, printf('%064d', 1), 'true', 0, 0);"
-            "INSERT INTO execution_revisions VALUES ('00000000-0000-4000-8000-000000000001',"
-            " 'p', 'job', 1, 'remote_worker', '{}', printf('%064d', 2), 0);"
+        conn.execute(
             "INSERT INTO triggers (project_id, trigger_id, revision, cron, task_id, task_revision,"
             " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
-            " ('p', 'g', 1, '0 * * * *', 'job', 1, '00000000-0000-4000-8000-000000000001',"
-            " printf('%064d', 3), 0, 0);"
+            " ('p', 'g', 1, '0 * * * *', 'job', 1, ?, printf('%064d', 3), 0, 0)",
+            (OLD_EXECUTION,),
         )
         conn.execute(
             "INSERT INTO trigger_schedules (project_id, trigger_id, trigger_revision, active,"

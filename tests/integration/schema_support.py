@@ -17,10 +17,14 @@ import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from importlib.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
+import qlsched.postgres.migrate as migrate_module
 from qlsched.postgres.migrate import load_migrations
 from qlsched.postgres.queries import query
 from qlsched.postgres.readiness import Readiness, check_readiness
@@ -232,3 +236,20 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def schema_ending_at(last: int, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the migration runner read a copy of the shipped schema directory in ``folder``
+    that ends at migration ``last``: an installation of an earlier version, to upgrade from.
+    ``monkeypatch.undo()`` (or the test's end) restores the shipped directory."""
+    shipped = migrate_module.schema_dir()
+    folder.mkdir()
+    for entry in shipped.iterdir():
+        name = entry.name
+        if name == "bootstrap.sql" or (name[:4].isdigit() and int(name[:4]) <= last):
+            (folder / name).write_bytes(entry.read_bytes())
+
+    def patched() -> Traversable:
+        return folder
+
+    monkeypatch.setattr(migrate_module, "schema_dir", patched)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from importlib.abc import Traversable
 from pathlib import Path
 
 import pytest
 
-import qlsched.postgres.migrate as migrate_module
 from qlsched import admin
 from qlsched.core.specs import (
     ProjectEntry,
@@ -36,6 +34,7 @@ from tests.integration.schema_support import (
     execute_with,
     fetch,
     readiness,
+    schema_ending_at,
 )
 from tests.support.pg import PgCluster, sql_run
 
@@ -57,18 +56,7 @@ FILE = PublishFile(
 @pytest.fixture
 def old_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """While active, the runner reads a schema directory that ends at migration 0007."""
-    shipped = migrate_module.schema_dir()
-    copy = tmp_path / "postgres"
-    copy.mkdir()
-    for entry in shipped.iterdir():
-        name = entry.name
-        if name == "bootstrap.sql" or (name[:4].isdigit() and int(name[:4]) <= OLD_LAST):
-            (copy / name).write_bytes(entry.read_bytes())
-
-    def patched() -> Traversable:
-        return copy
-
-    monkeypatch.setattr(migrate_module, "schema_dir", patched)
+    schema_ending_at(OLD_LAST, tmp_path / "postgres", monkeypatch)
     yield
     monkeypatch.undo()
 

@@ -10,7 +10,6 @@ with the shipped files.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib.abc import Traversable
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,14 @@ from qlsched.postgres.migrate import MigrateReport, load_migrations, migrate
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.requests import PostgresRequestStore
 from qlsched.postgres.store import ADMIT_SETTINGS, CLAIM_SETTINGS
-from tests.integration.schema_support import empty_database, execute, fetch, readiness, seed_trigger
+from tests.integration.schema_support import (
+    empty_database,
+    execute,
+    fetch,
+    readiness,
+    schema_ending_at,
+    seed_trigger,
+)
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import PgCluster, sql_run
 
@@ -40,21 +46,11 @@ def old_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     """While active, the runner reads a schema directory that ends at migration 0001, and
     writes no catalog reference (the table for it comes with 0003; a 0001-era runner had
     none)."""
-    shipped = migrate_module.schema_dir()
-    copy = tmp_path / "postgres"
-    copy.mkdir()
-    for entry in shipped.iterdir():
-        name = entry.name
-        if name == "bootstrap.sql" or (name[:4].isdigit() and int(name[:4]) <= OLD_LAST):
-            (copy / name).write_bytes(entry.read_bytes())
-
-    def patched() -> Traversable:
-        return copy
+    schema_ending_at(OLD_LAST, tmp_path / "postgres", monkeypatch)
 
     async def no_reference(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(migrate_module, "schema_dir", patched)
     monkeypatch.setattr(migrate_module, "record_reference", no_reference)
     yield
     monkeypatch.undo()

@@ -11,12 +11,10 @@ upgrade then runs with the shipped files.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib.abc import Traversable
 from pathlib import Path
 
 import pytest
 
-import qlsched.postgres.migrate as migrate_module
 from qlsched import admin
 from qlsched.admin import Paused, Resumed
 from qlsched.postgres.migrate import MigrateReport, load_migrations, migrate
@@ -25,6 +23,7 @@ from tests.integration.schema_support import (
     execute,
     fetch,
     readiness,
+    schema_ending_at,
     seed_trigger,
 )
 from tests.support.pg import PgCluster, sql_run
@@ -38,18 +37,7 @@ OLD_LAST = 4
 @pytest.fixture
 def old_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """While active, the runner reads a schema directory that ends at migration 0004."""
-    shipped = migrate_module.schema_dir()
-    copy = tmp_path / "postgres"
-    copy.mkdir()
-    for entry in shipped.iterdir():
-        name = entry.name
-        if name == "bootstrap.sql" or (name[:4].isdigit() and int(name[:4]) <= OLD_LAST):
-            (copy / name).write_bytes(entry.read_bytes())
-
-    def patched() -> Traversable:
-        return copy
-
-    monkeypatch.setattr(migrate_module, "schema_dir", patched)
+    schema_ending_at(OLD_LAST, tmp_path / "postgres", monkeypatch)
     yield
     monkeypatch.undo()
 

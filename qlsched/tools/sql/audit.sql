@@ -164,27 +164,8 @@ duplicates AS MATERIALIZED (
      GROUP BY c.project_id, c.trigger_id, c.scheduled_for_ms
     HAVING pg_catalog.count(*) > 1
 ),
-a AS (
-    SELECT a.run_id, pg_catalog.count(*)::bigint AS attempts,
-           (pg_catalog.count(*) FILTER (
-               WHERE a.attempt_no = 1 AND a.state = 'claimed'
-                 AND a.executor_kind = 'remote_worker'
-                 AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
-                 AND a.offer_id IS NULL AND NOT a.has_callback_token
-                 AND a.started_at_ms IS NULL AND a.result IS NULL AND a.error IS NULL
-           ))::bigint AS pristine
-      FROM qlsched.attempts_redacted AS a
-     GROUP BY a.run_id
-),
-e AS (
-    SELECT e.run_id, pg_catalog.count(*)::bigint AS events,
-           (pg_catalog.count(*) FILTER (
-               WHERE (e.seq = 1 AND e.type = 'run.created')
-                  OR (e.seq = 2 AND e.type = 'run.queued')
-           ))::bigint AS admission_events
-      FROM qlsched.run_events AS e
-     GROUP BY e.run_id
-),
+-- include: admission_shape_ctes
+,
 shape AS MATERIALIZED (
     SELECT r.run_id,
            (r.queued_at_ms IS NULL OR r.queued_at_ms < r.scheduled_for_ms

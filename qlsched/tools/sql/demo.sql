@@ -29,14 +29,12 @@ SELECT q.request_id, q.project_id, q.trigger_id, q.trigger_revision, q.kind,
   FROM qlsched.control_requests AS q
  ORDER BY q.created_at_ms, q.request_id;
 
--- name: verify_runs
--- Every Run with the shape admission must have left: its fence (owner, token, version),
--- queue time and key, and per Run the number of Attempts, of pristine Attempts (attempt 1,
--- `claimed`, `remote_worker`, every worker/session/lease/offer/callback/start/result/error
--- field NULL), of events, and of the two admission events (seq 1 `run.created`, seq 2
--- `run.queued`). No parameters; ordered by trigger and occurrence. Attempts are read through
--- attempts_redacted: the observer may know whether a callback token is set, not the token.
-WITH a AS (
+-- fragment: admission_shape_ctes
+-- CTEs a (per Run: its Attempts, and the pristine ones: attempt 1, `claimed`,
+-- `remote_worker`, every worker/session/lease/offer/callback/start/result/error field NULL)
+-- and e (per Run: its events, and the two admission events, seq 1 `run.created`, seq 2
+-- `run.queued`), for verify_runs and the bench's audit.
+a AS (
     SELECT a.run_id, pg_catalog.count(*)::bigint AS attempts,
            (pg_catalog.count(*) FILTER (
                WHERE a.attempt_no = 1 AND a.state = 'claimed'
@@ -57,6 +55,16 @@ e AS (
       FROM qlsched.run_events AS e
      GROUP BY e.run_id
 )
+
+-- name: verify_runs
+-- Every Run with the shape admission must have left: its fence (owner, token, version),
+-- queue time and key, and per Run the number of Attempts, of pristine Attempts (attempt 1,
+-- `claimed`, `remote_worker`, every worker/session/lease/offer/callback/start/result/error
+-- field NULL), of events, and of the two admission events (seq 1 `run.created`, seq 2
+-- `run.queued`). No parameters; ordered by trigger and occurrence. Attempts are read through
+-- attempts_redacted: the observer may know whether a callback token is set, not the token.
+WITH
+-- include: admission_shape_ctes
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.queued_at_ms, r.idempotency_key, r.state, r.admitted_by_owner,
        r.admitted_claim_token, r.admitted_claim_version,
