@@ -6,13 +6,16 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.abc import Traversable
 from pathlib import Path
 
 import pytest
+import trio
 
 import qlsched.sqlite.migrate as migrate_module
-from qlsched.sqlite.database import open_checked
+from qlsched.sqlite.database import EdgeDatabase, open_checked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,3 +151,20 @@ def file_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, keep: tuple[
 
 OLD_EXECUTION = "00000000-0000-4000-8000-000000000001"
 """The execution revision ``file_before`` stores."""
+
+
+@asynccontextmanager
+async def clocked_edge(
+    tmp_path: Path, start_ms: int
+) -> AsyncIterator[tuple[EdgeDatabase, list[int]]]:
+    """A new Edge file whose clock reads ``now[0]`` (epoch ms, starting at ``start_ms``):
+    the test moves time by assigning it."""
+    now = [start_ms]
+    path = str(tmp_path / "edge.sqlite3")
+    db = await trio.to_thread.run_sync(
+        lambda: open_checked(path, create=True, apply=True, clock=lambda: now[0])
+    )
+    try:
+        yield db, now
+    finally:
+        db.close()

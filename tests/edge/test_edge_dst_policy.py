@@ -14,7 +14,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-import trio
 
 from qlsched.commands.edge_status import render
 from qlsched.core.keys import idempotency_key
@@ -24,7 +23,7 @@ from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
-from tests.edge.support import OLD_EXECUTION, file_before, read
+from tests.edge.support import OLD_EXECUTION, clocked_edge, file_before, read
 from tests.support.memory_sink import MemorySink
 
 NY = ZoneInfo("America/New_York")
@@ -53,15 +52,8 @@ def spec_file(gap: str = "shift", fold: str = "first") -> PublishFile:
 
 @pytest.fixture
 async def edge(tmp_path: Path) -> AsyncIterator[tuple[EdgeDatabase, list[int]]]:
-    now = [FIRST - 3_600_000]
-    path = str(tmp_path / "edge.sqlite3")
-    db = await trio.to_thread.run_sync(
-        lambda: open_checked(path, create=True, apply=True, clock=lambda: now[0])
-    )
-    try:
-        yield db, now
-    finally:
-        db.close()
+    async with clocked_edge(tmp_path, FIRST - 3_600_000) as opened:
+        yield opened
 
 
 async def _publish(

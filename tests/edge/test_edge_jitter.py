@@ -26,7 +26,7 @@ from qlsched.sqlite.publish import PublishResult, publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import EdgeStatus, read_status
 from qlsched.sqlite.store import SqliteStore
-from tests.edge.support import OLD_EXECUTION, file_before, publish_file, qlsched, read
+from tests.edge.support import OLD_EXECUTION, clocked_edge, file_before, publish_file, qlsched, read
 from tests.edge.test_edge_cli import one_line_error
 from tests.support.memory_sink import MemorySink
 
@@ -51,15 +51,8 @@ def h(scheduled_for_ms: int, revision: int = 1, jitter_ms: int = JITTER_MS) -> i
 
 @pytest.fixture
 async def edge(tmp_path: Path) -> AsyncIterator[tuple[EdgeDatabase, list[int]]]:
-    now = [START]
-    path = str(tmp_path / "edge.sqlite3")
-    db = await trio.to_thread.run_sync(
-        lambda: open_checked(path, create=True, apply=True, clock=lambda: now[0])
-    )
-    try:
-        yield db, now
-    finally:
-        db.close()
+    async with clocked_edge(tmp_path, START) as opened:
+        yield opened
 
 
 async def _publish(

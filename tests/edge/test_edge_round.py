@@ -18,12 +18,12 @@ from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
-from qlsched.sqlite.database import EdgeDatabase, open_checked
+from qlsched.sqlite.database import EdgeDatabase
 from qlsched.sqlite.http import open_http_listeners, serve_http
 from qlsched.sqlite.publish import publish
 from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
-from tests.edge.support import AUDIT_BAD_RUNS, read
+from tests.edge.support import AUDIT_BAD_RUNS, clocked_edge, read
 from tests.support.memory_sink import MemorySink
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
@@ -50,15 +50,8 @@ def trigger(trigger_id: str, misfire: str, cron: str = "* * * * *") -> TriggerEn
 
 @pytest.fixture
 async def edge(tmp_path: Path) -> AsyncIterator[tuple[EdgeDatabase, list[int]]]:
-    now = [T0]
-    path = str(tmp_path / "edge.sqlite3")
-    db = await trio.to_thread.run_sync(
-        lambda: open_checked(path, create=True, apply=True, clock=lambda: now[0])
-    )
-    try:
-        yield db, now
-    finally:
-        db.close()
+    async with clocked_edge(tmp_path, T0) as opened:
+        yield opened
 
 
 async def test_round_counts_as_core_decides(
