@@ -227,12 +227,11 @@ class Metrics:
         for code, n in stats.errors.items():
             self.errors.labels(code).inc(n)
 
-    def observe_lag_ms(self, lag_ms: int, from_scheduled_ms: int | None = None) -> None:
+    def observe_lag_ms(self, from_due_ms: int, from_scheduled_ms: int) -> None:
         """One admitted Run's lag from its due time and from its scheduled time (the same
         without jitter); negative values (impossible with one clock) count as 0."""
-        self.schedule_lag.observe(max(lag_ms, 0) / 1000)
-        scheduled = lag_ms if from_scheduled_ms is None else from_scheduled_ms
-        self.schedule_lag_from_scheduled.observe(max(scheduled, 0) / 1000)
+        self.schedule_lag.observe(max(from_due_ms, 0) / 1000)
+        self.schedule_lag_from_scheduled.observe(max(from_scheduled_ms, 0) / 1000)
 
     def count_refused(self, outcome: str, part: str) -> None:
         self.refused.labels(outcome, part).inc()

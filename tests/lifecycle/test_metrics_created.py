@@ -11,7 +11,7 @@ def test_no_created_series_in_the_exposition() -> None:
     series prometheus_client adds by default are switched off."""
     metrics = Metrics()
     metrics.observe_round(RoundStats(budget=16, claimed=1, admitted=1))
-    metrics.observe_lag_ms(50)
+    metrics.observe_lag_ms(50, 50)
     text = metrics.render().decode()
     assert "qlsched_admits_total 1.0" in text
     assert "_created" not in text

@@ -16,8 +16,8 @@ def test_each_line_counts_since_the_previous_one() -> None:
         RoundStats(budget=16, claimed=3, admitted=2, skipped=1, skipped_occurrences=4, coalesced=5)
     )
     metrics.observe_round(RoundStats(budget=16))
-    metrics.observe_lag_ms(100)
-    metrics.observe_lag_ms(300)
+    metrics.observe_lag_ms(100, 100)
+    metrics.observe_lag_ms(300, 300)
     assert summary.line(10) == (
         "last 10s: 2 rounds, 3 claimed, 2 admitted, 4 skipped, 5 coalesced, mean lag 0.20s; "
         "2 admitted since start"

@@ -6,10 +6,9 @@
 -- (trigger_schedules_claim_idx, ordered by due time NULLS FIRST, project, trigger) and rows
 -- whose claim expired (trigger_schedules_expiry_idx). The due time (`due_at_ms`, generated
 -- from the cursor and the jitter) is what is due; without jitter it is the cursor. No cron
--- computation and no Run ids
--- here. The token is one random draw per statement with the row's place in the batch in its
--- last four bytes: new for every claim of a row, distinct within the batch, and one draw of
--- strong randomness per statement instead of one per row.
+-- computation and no Run ids here. The token is one random draw per statement with the
+-- row's place in the batch in its last four bytes: new for every claim of a row, distinct
+-- within the batch, and one draw of strong randomness per statement instead of one per row.
 -- `locator` is the claimed row version's tuple id: the admit reaches the row by it without
 -- an index probe (a hint it re-checks).
 WITH now AS MATERIALIZED (
