@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "next": "preview the next fire times of a cron expression",
     "bench": "the project's benchmark, with the same-run pgbench ceiling",
     "local": "start, stop or show the local database that commands without a DSN share",
+    "ui": "the dashboard: schedules, runs, requests, audit and controls in a browser",
     "edge": EDGE_HELP,
 }
 
@@ -247,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_edge_arguments(subs["edge"])
+    importlib.import_module("qlsched.commands.ui").add_arguments(subs["ui"])
     return parser
 
 
