@@ -79,7 +79,7 @@ def test_every_page_loads_same_origin_only_without_csp_errors(
     expect(page.locator("h1")).to_contain_text("billing/billing-05")
     expect(page.locator("svg.timeline circle.next")).to_have_count(10)
     shot(page, "schedule")
-    for name, title in (("runs", "Runs"), ("requests", "Requests"), ("audit", "Audit")):
+    for _name, title in (("runs", "Runs"), ("requests", "Requests"), ("audit", "Audit")):
         page.click(f"nav >> text={title}")
         expect(page.locator("h1")).to_contain_text(title)
     assert urls, "the browser made no request"
@@ -106,7 +106,9 @@ def test_a_click_on_pause_pauses_the_row_and_records_the_user(
         "SELECT paused_at_ms, pause_note, active FROM qlsched.trigger_schedules"
         " WHERE trigger_id = 'billing-01'",
     )
-    assert row["paused_at_ms"] is not None and row["pause_note"] == note and not row["active"]
+    assert row["paused_at_ms"] is not None
+    assert row["pause_note"] == note
+    assert not row["active"]
     [action] = query(
         site.db,
         "SELECT kind, actor, actor_label, note FROM qlsched.schedule_actions"
@@ -176,7 +178,8 @@ def test_a_backfill_shows_its_count_then_the_replica_admits_those_runs(
 
     wait_for(lambda: len(runs()) >= 5)
     keys = [str(r["idempotency_key"]) for r in runs()]
-    assert len(keys) == 5 and all(k.startswith("ql3:cron:v1:reports-02:") for k in keys)
+    assert len(keys) == 5
+    assert all(k.startswith("ql3:cron:v1:reports-02:") for k in keys)
     page.goto("/requests")
     expect(page.locator("table.requests")).to_contain_text("5/5")
     shot(page, "requests")
