@@ -15,12 +15,6 @@ import signal
 import sys
 from typing import Final
 
-import trio
-
-from qlsched.commands._common import fail, run_command
-from qlsched.commands._local import local_dsn
-from qlsched.commands._signals import watch_signals
-
 DEFAULT_HTTP: Final = "127.0.0.1:8080"
 VIEWER_ENV: Final = "QLSCHED_UI_VIEWER_TOKEN"
 ADMIN_ENV: Final = "QLSCHED_UI_ADMIN_TOKEN"
@@ -46,6 +40,13 @@ def _address(text: str) -> tuple[str, int] | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Imported here: the parser imports this module for its flags, and `qlsched next`
+    # must not load Trio or asyncpg.
+    import trio
+
+    from qlsched.commands._common import fail, run_command
+    from qlsched.commands._local import local_dsn
+    from qlsched.commands._signals import watch_signals
     from qlsched.ui.security import Tokens, is_loopback
 
     address = _address(args.http)
