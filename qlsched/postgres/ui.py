@@ -24,6 +24,8 @@ RECENT_WINDOW: Final = 1000
 """The latest Runs the overview reads replicas, workers and lag from."""
 FAILED_LIMIT: Final = 10_000
 """Failed Runs of the last hour counted up to this."""
+CLAIMS_LIMIT: Final = 10_000
+"""Claims in flight the overview reads (a few per replica in a healthy cluster)."""
 HOUR_MS: Final = 3_600_000
 MAX_UUID: Final = uuid.UUID(int=(1 << 128) - 1)
 BIG_MS: Final = (1 << 62) - 1
@@ -201,7 +203,9 @@ async def overview(conn: Connection, *, window: int = RECENT_WINDOW) -> Overview
     now = await now_ms(conn)
     owners = [Owner(**dict(r)) for r in await conn.fetch(query("ui_recent_owners"), window)]
     workers = [Worker(**dict(r)) for r in await conn.fetch(query("ui_recent_workers"), window)]
-    claims = [Claims(**dict(r)) for r in await conn.fetch(query("ui_claims_now"), now)]
+    claims = [
+        Claims(**dict(r)) for r in await conn.fetch(query("ui_claims_now"), now, CLAIMS_LIMIT)
+    ]
     failed = int(await conn.fetchval(query("ui_failed_since"), now - HOUR_MS, FAILED_LIMIT))
     stuck = int(await conn.fetchval(query("ui_stuck_requests"), now))
     return Overview(

@@ -38,14 +38,18 @@ SELECT a.worker_id, pg_catalog.count(*)::bigint AS attempts,
 
 -- name: ui_claims_now
 -- Claims held now, by owner ($1 = now): live ones and expired ones (stuck: nobody
--- finished or released them). Walks trigger_schedules_expiry_idx (claims in flight only).
-SELECT s.claim_owner AS owner,
-       pg_catalog.count(*) FILTER (WHERE s.claim_expires_at_ms > $1)::bigint AS live,
-       pg_catalog.count(*) FILTER (WHERE s.claim_expires_at_ms <= $1)::bigint AS expired
-  FROM qlsched.trigger_schedules AS s
- WHERE s.active AND s.claim_token IS NOT NULL
- GROUP BY s.claim_owner
- ORDER BY s.claim_owner;
+-- finished or released them), among the $2 that expire first (trigger_schedules_expiry_idx:
+-- claims in flight only, a few per replica).
+SELECT c.claim_owner AS owner,
+       pg_catalog.count(*) FILTER (WHERE c.claim_expires_at_ms > $1)::bigint AS live,
+       pg_catalog.count(*) FILTER (WHERE c.claim_expires_at_ms <= $1)::bigint AS expired
+  FROM (SELECT s.claim_owner, s.claim_expires_at_ms
+          FROM qlsched.trigger_schedules AS s
+         WHERE s.active AND s.claim_token IS NOT NULL
+         ORDER BY s.claim_expires_at_ms
+         LIMIT $2) AS c
+ GROUP BY c.claim_owner
+ ORDER BY c.claim_owner;
 
 -- name: ui_failed_since
 -- Runs that failed, created at or after $1, counted up to $2 (runs_state_created_idx).
@@ -142,8 +146,9 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
  LIMIT $5;
 
 -- name: ui_runs_in_state
--- ui_runs for one state ($4), walking runs_state_created_idx: a rare state is as fast as
--- a common one.
+-- ui_runs for one state ($4), walking runs_state_created_idx from the key: a rare state is
+-- as fast as a common one. Both bounds are written on the index's columns, so that even a
+-- generic plan (which cannot know how common $4 is) walks this index, not runs_created_idx.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
        e.at_ms AS last_event_at_ms
@@ -151,9 +156,9 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
                       WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
  WHERE r.state = $4::text
-   AND (r.created_at_ms, r.run_id) < ($1::bigint, $2::uuid)
-   AND r.created_at_ms >= $3::bigint
- ORDER BY r.created_at_ms DESC, r.run_id DESC
+   AND (r.state, r.created_at_ms, r.run_id) < ($4::text, $1::bigint, $2::uuid)
+   AND (r.state, r.created_at_ms) >= ($4::text, $3::bigint)
+ ORDER BY r.state DESC, r.created_at_ms DESC, r.run_id DESC
  LIMIT $5;
 
 -- name: ui_run
