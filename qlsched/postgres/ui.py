@@ -27,6 +27,8 @@ FAILED_LIMIT: Final = 10_000
 CLAIMS_LIMIT: Final = 10_000
 """Claims in flight the overview reads (a few per replica in a healthy cluster)."""
 HOUR_MS: Final = 3_600_000
+WALK: Final = 20_000
+"""Schedule keys one page of a filtered list walks at most."""
 MAX_UUID: Final = uuid.UUID(int=(1 << 128) - 1)
 BIG_MS: Final = (1 << 62) - 1
 """A key above every time: the first page of a newest-first list starts below it."""
@@ -220,6 +222,13 @@ async def overview(conn: Connection, *, window: int = RECENT_WINDOW) -> Overview
     )
 
 
+class SchedulePage(msgspec.Struct, frozen=True):
+    rows: list[ScheduleLine]
+    resume: tuple[str, str] | None
+    """Where the next page starts (after this key), None at the end: the last row of a full
+    page, or where a filter's walk stopped (``WALK`` entries) before filling it."""
+
+
 async def schedules(
     conn: Connection,
     *,
@@ -228,12 +237,13 @@ async def schedules(
     search: str = "",
     state: ScheduleState = "",
     limit: int = 50,
-) -> list[ScheduleLine]:
+    walk: int = WALK,
+) -> SchedulePage:
     """A page of schedules after key ``after`` matching the filters, in key order.
 
-    With a project the walk starts at that project's first key and stops after its last;
-    without one it stops after the greatest project id (so the walk is a range of the
-    primary key either way, never a scan past the end of what can match).
+    The walk is a range of the primary key: from ``after`` (or the project's first key) to
+    the project's last key (or the greatest project id), at most ``walk`` entries, so a
+    filter that matches few rows costs at most that per page and says where it stopped.
     """
     if project:
         after = max(after, (project, ""))
@@ -241,11 +251,18 @@ async def schedules(
     else:
         last = await conn.fetchval(query("ui_last_project"))
         if last is None:
-            return []
-    rows = await conn.fetch(
-        query("ui_schedules"), after[0], after[1], last, project, search, state, limit
-    )
-    return [ScheduleLine(**dict(r)) for r in rows]
+            return SchedulePage([], None)
+    walk = max(walk, limit)
+    rows = [
+        ScheduleLine(**dict(r))
+        for r in await conn.fetch(
+            query("ui_schedules"), after[0], after[1], last, project, search, state, limit, walk
+        )
+    ]
+    if len(rows) == limit:
+        return SchedulePage(rows, (rows[-1].project_id, rows[-1].trigger_id))
+    end = await conn.fetchrow(query("ui_schedules_walk_end"), after[0], after[1], last, walk)
+    return SchedulePage(rows, None if end is None else (end["project_id"], end["trigger_id"]))
 
 
 async def schedule(conn: Connection, project_id: str, trigger_id: str) -> Schedule | None:

@@ -50,7 +50,7 @@ from qlsched.postgres.login import WrongRole
 from qlsched.postgres.pool import Connection
 from qlsched.ui import hooks
 from qlsched.ui.app import Dashboard
-from qlsched.ui.pages import schedule_filter, schedule_page_rows
+from qlsched.ui.pages import schedule_filter, schedule_page
 from qlsched.ui.render import iso
 from qlsched.ui.web import Request, Response, redirect, text, url
 
@@ -218,10 +218,16 @@ async def cancel_run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Re
 
 
 async def _matching(ui: Dashboard, req: Request) -> tuple[dict[str, str], list[TriggerRef]]:
-    """The filter's schedules, up to BULK_MAX + 1 (one more tells "too many")."""
+    """The filter's schedules, up to BULK_MAX + 1 (one more tells "too many"), walked page
+    by page to the end of the key range."""
     flt = schedule_filter(req)
-    rows = await schedule_page_rows(ui, flt, ("", ""), BULK_MAX + 1)
-    return flt, [TriggerRef(r.project_id, r.trigger_id) for r in rows]
+    refs: list[TriggerRef] = []
+    after: tuple[str, str] | None = ("", "")
+    while after is not None and len(refs) <= BULK_MAX:
+        page = await schedule_page(ui, flt, after, BULK_MAX + 1 - len(refs))
+        refs += [TriggerRef(r.project_id, r.trigger_id) for r in page.rows]
+        after = page.resume
+    return flt, refs
 
 
 async def bulk_preview(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:

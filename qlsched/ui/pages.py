@@ -58,10 +58,10 @@ def schedule_filter(req: Request) -> dict[str, str]:
     }
 
 
-async def schedule_page_rows(
+async def schedule_page(
     ui: Dashboard, flt: dict[str, str], after: tuple[str, str], limit: int
-) -> list[reads.ScheduleLine]:
-    async def fn(conn: Connection) -> list[reads.ScheduleLine]:
+) -> reads.SchedulePage:
+    async def fn(conn: Connection) -> reads.SchedulePage:
         return await reads.schedules(
             conn,
             after=after,
@@ -76,18 +76,18 @@ async def schedule_page_rows(
 
 async def schedules(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
     flt = schedule_filter(req)
-    rows = await schedule_page_rows(ui, flt, _after(req.arg("after")), PAGE)
+    page = await schedule_page(ui, flt, _after(req.arg("after")), PAGE)
     now = await ui.read(reads.now_ms)
-    following = rows[-1].key if len(rows) == PAGE else None
     return ui.page(
         req,
         "schedules.html",
         title="Schedules",
-        rows=rows,
+        rows=page.rows,
         flt=flt,
         states=reads.STATES,
         now=now,
-        following=following,
+        following=None if page.resume is None else "/".join(page.resume),
+        partial=page.resume is not None and len(page.rows) < PAGE,
         paged=bool(req.arg("after")),
         flash=req.arg("flash"),
     )

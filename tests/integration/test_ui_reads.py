@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from qlsched.postgres import ui
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.queries import query
+from qlsched.tools import bench_data
 from qlsched.tools.bench_data import PROJECT, RowState
 from tests.integration.adapter_support import Env
 from tests.integration.test_observe import check_plan, env, load
@@ -26,11 +28,12 @@ MAX_ID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'"
 P = f"'{PROJECT}'"
 
 READS = {
-    "ui_schedules": (["''", "''", P, "''", "''", "''", "51"], {"trigger_schedules_pkey"}),
+    "ui_schedules": (["''", "''", P, "''", "''", "''", "51", "20000"], {"trigger_schedules_pkey"}),
     "ui_schedules:project": (
-        [P, "'t0005000'", P, P, "''", "''", "51"],
+        [P, "'t0005000'", P, P, "''", "'paused'", "51", "20000"],
         {"trigger_schedules_pkey", "runs_trigger_idx"},
     ),
+    "ui_schedules_walk_end": (["''", "''", P, "20000"], {"trigger_schedules_pkey"}),
     "ui_trigger_runs": ([P, "'t0000001'", TOP, MAX_ID, "51"], {"runs_trigger_idx"}),
     "ui_runs": ([TOP, MAX_ID, "0", "''", "51"], {"runs_created_idx"}),
     "ui_runs_in_state": ([TOP, MAX_ID, "0", "'failed'", "51"], {"runs_state_created_idx"}),
@@ -68,3 +71,32 @@ async def test_dashboard_reads_walk_indexes(env: Env, name: str) -> None:
 
     check_plan(await connect_once(env.db.observer_dsn, custom), indexes=indexes)
     check_plan(await connect_once(env.db.observer_dsn, generic), indexes=indexes)
+
+
+async def test_a_filtered_walk_is_bounded_and_pages_see_each_match_once(env: Env) -> None:
+    """Rule: a filter that matches few rows walks at most ``walk`` keys per page and says
+    where it stopped; following the resume keys to the end finds every match exactly once,
+    in key order, and the unfiltered pages see every row once."""
+    await load(env, 300, RowState(due_pct=0, claimed_from=0))
+
+    async def walk_all(search: str, limit: int, walk: int) -> tuple[list[str], int]:
+        async def fn(conn: Connection) -> tuple[list[str], int]:
+            seen: list[str] = []
+            pages = 0
+            after: tuple[str, str] | None = ("", "")
+            while after is not None:
+                page = await ui.schedules(conn, after=after, search=search, limit=limit, walk=walk)
+                assert len(page.rows) <= limit
+                seen += [r.trigger_id for r in page.rows]
+                after = page.resume
+                pages += 1
+            return seen, pages
+
+        return await connect_once(env.db.observer_dsn, fn)
+
+    matches, pages = await walk_all("t00001", limit=50, walk=60)
+    assert matches == [bench_data.trigger_id(i) for i in range(100, 200)]
+    assert pages >= 300 // 60
+    every, _ = await walk_all("", limit=50, walk=60)
+    assert every == sorted(every)
+    assert len(every) == len(set(every)) == 300

@@ -70,16 +70,23 @@ SELECT pg_catalog.count(*)::bigint
 SELECT pg_catalog.max(p.project_id) FROM qlsched.projects AS p;
 
 -- name: ui_schedules
--- One page of schedules in key order after ($1 project, $2 trigger), walking the primary
--- key no further than project $3; filters: $4 project ('' = any), $5 a substring of
--- PROJECT/TRIGGER ('' = any), $6 state ('' any, active, paused, off, failing: the latest
--- Run failed); $7 rows at most. Each row finds its trigger and its latest Run by key.
+-- One page of schedules in key order after ($1 project, $2 trigger), walking at most $8
+-- entries of the primary key and no further than project $3; filters: $4 project ('' =
+-- any), $5 a substring of PROJECT/TRIGGER ('' = any), $6 state ('' any, active, paused,
+-- off, failing: the latest Run failed); $7 rows at most. A filter that matches few rows
+-- so costs at most $8 entries per page (ui_schedules_walk_end says where the walk
+-- stopped). Each row finds its trigger and its latest Run by key.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cron,
        t.timezone, t.misfire_policy, t.misfire_grace_ms, t.jitter_ms, s.next_fire_at_ms,
        s.due_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.paused_at_ms, s.pause_note, s.skipped_total, s.coalesced_total, s.paused_total,
        l.state AS last_state, l.scheduled_for_ms AS last_scheduled_for_ms
-  FROM qlsched.trigger_schedules AS s
+  FROM (SELECT w.*
+          FROM qlsched.trigger_schedules AS w
+         WHERE (w.project_id, w.trigger_id) > ($1::text, $2::text)
+           AND w.project_id <= $3::text
+         ORDER BY w.project_id, w.trigger_id
+         LIMIT $8) AS s
  CROSS JOIN LATERAL (SELECT g.enabled, g.cron, g.timezone, g.misfire_policy,
                             g.misfire_grace_ms, g.jitter_ms
                        FROM qlsched.triggers AS g
@@ -90,9 +97,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
                       WHERE r.project_id = s.project_id AND r.trigger_id = s.trigger_id
                       ORDER BY r.scheduled_for_ms DESC
                       LIMIT 1) AS l ON true
- WHERE (s.project_id, s.trigger_id) > ($1::text, $2::text)
-   AND s.project_id <= $3::text
-   AND ($4::text = '' OR s.project_id = $4::text)
+ WHERE ($4::text = '' OR s.project_id = $4::text)
    AND ($5::text = '' OR pg_catalog.strpos(s.project_id || '/' || s.trigger_id, $5::text) > 0)
    AND CASE $6::text
          WHEN 'active' THEN s.active
@@ -103,6 +108,17 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
        END
  ORDER BY s.project_id, s.trigger_id
  LIMIT $7;
+
+-- name: ui_schedules_walk_end
+-- The key ui_schedules' walk from ($1, $2) (bounded by project $3) stopped at after $4
+-- entries; no row: the walk reached the end.
+SELECT w.project_id, w.trigger_id
+  FROM qlsched.trigger_schedules AS w
+ WHERE (w.project_id, w.trigger_id) > ($1::text, $2::text)
+   AND w.project_id <= $3::text
+ ORDER BY w.project_id, w.trigger_id
+OFFSET $4 - 1
+ LIMIT 1;
 
 -- name: ui_schedule
 -- One schedule with its trigger: $1 project, $2 trigger. No row: no such schedule.
