@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from typing import Final
@@ -28,6 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         " given; with --dsn and without it the dashboard is read only)",
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help=f"HOST:PORT (default {DEFAULT_HTTP})")
+    p.add_argument(
+        "--origin",
+        help="the origin browsers reach it at, when a proxy publishes it (e.g."
+        " https://sched.example.com); forms are accepted only from there",
+    )
     p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the local database")
     p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
 
@@ -52,6 +58,8 @@ def main(args: argparse.Namespace) -> int:
     address = _address(args.http)
     if address is None:
         return fail("ui", f"--http: {args.http!r} is not HOST:PORT", 2)
+    if args.origin is not None and not re.fullmatch(r"https?://[^/\s]+/?", args.origin):
+        return fail("ui", f"--origin: {args.origin!r} is not scheme://host[:port]", 2)
     tokens = Tokens(
         viewer=os.environ.get(VIEWER_ENV) or None, admin=os.environ.get(ADMIN_ENV) or None
     )
@@ -71,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
             observer = await local_dsn("ui", args.data_dir, args.pg_bindir, "qlsched_observer")
             if admin is None:
                 admin = await local_dsn("ui", args.data_dir, args.pg_bindir, "qlsched_admin")
-        async with open_dashboard(observer, admin, tokens) as app, trio.open_nursery() as n:
+        dashboard = open_dashboard(observer, admin, tokens, origin=args.origin)
+        async with dashboard as app, trio.open_nursery() as n:
             await n.start(
                 watch_signals, (signal.SIGINT, signal.SIGTERM), lambda _: n.cancel_scope.cancel()
             )

@@ -60,14 +60,14 @@ class Dashboard:
         local_user: str,
         routes: list[Route],
         csrf: Csrf | None = None,
-        scheme: str = "http",
+        origin: str | None = None,
     ) -> None:
         self.db = db
         self.admin_dsn = admin_dsn
         self.tokens = tokens
         self.local_user = local_user
         self.csrf = csrf or Csrf()
-        self.scheme = scheme
+        self.origin = origin
         self._routes = routes
 
     async def read(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
@@ -162,7 +162,7 @@ class Dashboard:
     ) -> Request | Response:
         if not req.who.admin or self.admin_dsn is None:
             return text(403, "actions need the admin token")
-        if not same_origin(req.headers, self.scheme):
+        if not same_origin(req.headers, self.origin):
             return text(403, "cross-origin request refused")
         kind = req.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/x-www-form-urlencoded":

@@ -112,19 +112,22 @@ class Csrf:
         return given is not None and hmac.compare_digest(given.encode(), self.token(who).encode())
 
 
-def same_origin(headers: Mapping[str, str], scheme: str) -> bool:
-    """Whether a POST came from a page of this origin (``scheme://Host``)."""
+def same_origin(headers: Mapping[str, str], origin: str | None) -> bool:
+    """Whether a POST came from a page of this origin: ``origin`` when the dashboard is
+    published under one (behind a TLS proxy: ``https://sched.example.com``), else
+    ``http://`` and the request's Host."""
     host = headers.get("host")
     if not host:
         return False
+    expected = origin.rstrip("/") if origin else f"http://{host}"
     site = headers.get("sec-fetch-site")
     if site is not None and site != "same-origin":
         return False
-    origin = headers.get("origin")
-    if origin is not None and origin != "null":
-        return origin == f"{scheme}://{host}"
+    given = headers.get("origin")
+    if given is not None and given != "null":
+        return given == expected
     referer = headers.get("referer")
     if referer is None:
         return False
     parts = urlsplit(referer)
-    return f"{parts.scheme}://{parts.netloc}" == f"{scheme}://{host}"
+    return f"{parts.scheme}://{parts.netloc}" == expected

@@ -44,6 +44,7 @@ async def open_dashboard(
     tokens: Tokens,
     *,
     csrf: Csrf | None = None,
+    origin: str | None = None,
 ) -> AsyncIterator[Dashboard]:
     """The dashboard application on a pool of its own, closed on exit.
 
@@ -78,6 +79,7 @@ async def open_dashboard(
             local_user=local_user(),
             routes=ROUTES,
             csrf=csrf,
+            origin=origin,
         )
 
 

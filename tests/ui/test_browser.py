@@ -67,18 +67,15 @@ def test_every_page_loads_same_origin_only_without_csp_errors(
     page.goto("/")
     expect(page.locator("h1")).to_have_text("Overview")
     expect(page.locator(".who")).to_contain_text("alice")
-    shot(page, "overview")
     page.click("nav >> text=Schedules")
     expect(page.locator("table.schedules tbody tr")).to_have_count(12)
     page.fill("input[name=q]", "reports-0")
     page.click("form.filter button")
     expect(page.locator("table.schedules tbody tr")).to_have_count(6)
     page.goto("/schedules")
-    shot(page, "schedules")
     page.click("text=billing/billing-05")
     expect(page.locator("h1")).to_contain_text("billing/billing-05")
     expect(page.locator("svg.timeline circle.next")).to_have_count(10)
-    shot(page, "schedule")
     for _name, title in (("runs", "Runs"), ("requests", "Requests"), ("audit", "Audit")):
         page.click(f"nav >> text={title}")
         expect(page.locator("h1")).to_contain_text(title)
@@ -183,6 +180,9 @@ def test_a_backfill_shows_its_count_then_the_replica_admits_those_runs(
     page.goto("/requests")
     expect(page.locator("table.requests")).to_contain_text("5/5")
     shot(page, "requests")
+    page.goto("/schedules/reports/reports-02")
+    expect(page.locator("svg.timeline circle.run")).to_have_count(5)
+    shot(page, "schedule")
 
 
 def test_trigger_now_and_bulk_pause_act_on_the_database(
@@ -217,6 +217,11 @@ def test_trigger_now_and_bulk_pause_act_on_the_database(
     shot(page, "run")
     page.goto("/audit")
     shot(page, "audit")
+    page.goto("/schedules")
+    shot(page, "schedules")
+    page.goto("/")
+    expect(page.locator("text=replica-1")).to_be_visible()
+    shot(page, "overview")
 
 
 def test_a_viewer_sees_no_controls_and_may_not_post(

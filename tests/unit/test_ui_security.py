@@ -43,18 +43,22 @@ def test_csrf_tokens_are_bound_to_the_caller_and_the_process() -> None:
 
 
 def test_same_origin_wants_this_host_in_origin_or_referer() -> None:
-    """Rule: a POST is same-origin when Origin (else Referer) is this scheme and Host, and
-    Sec-Fetch-Site, when sent, says same-origin; with neither header it is refused."""
+    """Rule: a POST is same-origin when Origin (else Referer) is the published origin, or
+    http:// and this Host without one, and Sec-Fetch-Site, when sent, says same-origin;
+    with neither header it is refused."""
     here = {"host": "127.0.0.1:8080"}
-    assert same_origin({**here, "origin": "http://127.0.0.1:8080"}, "http")
-    assert same_origin({**here, "referer": "http://127.0.0.1:8080/schedules"}, "http")
-    assert not same_origin({**here, "origin": "https://127.0.0.1:8080"}, "http")
-    assert not same_origin({**here, "origin": "http://evil:8080"}, "http")
-    assert not same_origin({**here, "referer": "http://evil/"}, "http")
-    assert not same_origin(here, "http")
+    assert same_origin({**here, "origin": "http://127.0.0.1:8080"}, None)
+    assert same_origin({**here, "referer": "http://127.0.0.1:8080/schedules"}, None)
+    assert not same_origin({**here, "origin": "https://127.0.0.1:8080"}, None)
+    assert not same_origin({**here, "origin": "http://evil:8080"}, None)
+    assert not same_origin({**here, "referer": "http://evil/"}, None)
+    assert not same_origin(here, None)
     assert not same_origin(
-        {**here, "origin": "http://127.0.0.1:8080", "sec-fetch-site": "same-site"}, "http"
+        {**here, "origin": "http://127.0.0.1:8080", "sec-fetch-site": "same-site"}, None
     )
+    proxied = {"host": "10.0.0.5:8080", "origin": "https://sched.example.com"}
+    assert same_origin(proxied, "https://sched.example.com/")
+    assert not same_origin(proxied, None)
 
 
 def test_loopback_addresses() -> None:
