@@ -131,3 +131,28 @@ def test_a_non_loopback_address_is_refused_without_tokens() -> None:
     assert "QLSCHED_UI_ADMIN_TOKEN" in result.stderr
     bad = run_cli(["ui", "--http", "nowhere"])
     assert (bad.returncode, bad.stderr.count("\n")) == (2, 1)
+
+
+def test_the_dsns_must_log_in_as_their_roles(site: Site) -> None:
+    """Rule: `qlsched ui` refuses an observer DSN that logs in as another role, and an
+    admin DSN that is not the admin role's, with one line naming the role (exit 2), before
+    it listens."""
+    admin_as_reader = run_cli(["ui", "--dsn", site.db.admin_dsn, "--http", "127.0.0.1:0"])
+    assert admin_as_reader.returncode == 2
+    assert "needs qlsched_observer" in admin_as_reader.stderr
+    observer_as_admin = run_cli(
+        [
+            "ui",
+            "--dsn",
+            site.db.observer_dsn,
+            "--admin-dsn",
+            site.db.observer_dsn,
+            "--http",
+            "127.0.0.1:0",
+        ]
+    )
+    assert observer_as_admin.returncode == 2
+    assert "needs qlsched_admin" in observer_as_admin.stderr
+    for result in (admin_as_reader, observer_as_admin):
+        assert "Traceback" not in result.stderr
+        assert result.stderr.count("\n") == 1
