@@ -49,11 +49,14 @@ def site(pg_cluster: PgCluster) -> Iterator[Site]:
         drop_database(db)
 
 
-def _context(browser: Browser, site: Site, user: str, token: str) -> Iterator[BrowserContext]:
+def _context(
+    browser: Browser, site: Site, user: str, token: str, *, script: bool = True
+) -> Iterator[BrowserContext]:
     context = browser.new_context(
         base_url=site.base,
         http_credentials={"username": user, "password": token},
         viewport={"width": 1360, "height": 900},
+        java_script_enabled=script,
     )
     try:
         yield context
@@ -70,3 +73,9 @@ def admin_context(browser: Browser, site: Site) -> Iterator[BrowserContext]:
 @pytest.fixture
 def viewer_context(browser: Browser, site: Site) -> Iterator[BrowserContext]:
     yield from _context(browser, site, "victor", VIEWER)
+
+
+@pytest.fixture
+def no_script_context(browser: Browser, site: Site) -> Iterator[BrowserContext]:
+    """``alice`` with the admin token, JavaScript off."""
+    yield from _context(browser, site, "alice", ADMIN, script=False)

@@ -245,3 +245,21 @@ def test_a_viewer_sees_no_controls_and_may_not_post(
     )
     assert row == [{"paused_at_ms": None}]
     assert re.search("viewer", page.locator(".who").inner_text())
+
+
+def test_the_controls_work_with_javascript_off(
+    site: Site, no_script_context: BrowserContext
+) -> None:
+    """Rule: with JavaScript off, every page still renders and a Pause click still pauses
+    the row: the pages are plain HTML forms and links."""
+    page = no_script_context.new_page()
+    page.goto("/schedules?project=billing")
+    page.click("text=billing/billing-00")
+    page.click("form[action$='/pause'] button")
+    expect(page.locator(".flash")).to_contain_text("paused billing/billing-00")
+    row = query(
+        site.db,
+        "SELECT paused_at_ms IS NOT NULL AS paused FROM qlsched.trigger_schedules"
+        " WHERE trigger_id = 'billing-00'",
+    )
+    assert row == [{"paused": True}]
