@@ -9,9 +9,12 @@ fails with the command to run. Never a skip: a test that cannot run its browser 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Final
 
 import pytest
@@ -33,7 +36,11 @@ def _found() -> str | None:
 
 def _apt_install() -> str:
     """``apt-get install chromium`` as root; the output of a failure, or ''."""
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    for command in (
+        ["apt-get", *wait, "update", "-qq"],
+        ["apt-get", *wait, "install", "-y", "-qq", "chromium"],
+    ):
         done = subprocess.run(
             command,
             capture_output=True,
@@ -55,7 +62,11 @@ def chromium_path() -> str:
     if os.environ.get(ENV):
         pytest.fail(f"{ENV}={os.environ[ENV]} is not an executable")
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        failure = _apt_install()
+        # pytest-xdist workers start together: one installs, the others wait and find it.
+        with open(Path(tempfile.gettempdir()) / "qlsched-chromium-install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = _found()
+            failure = "" if path is not None else _apt_install()
         path = _found()
         if path is not None:
             return path
