@@ -27,6 +27,8 @@ FAILED_LIMIT: Final = 10_000
 CLAIMS_LIMIT: Final = 10_000
 """Claims in flight the overview reads (a few per replica in a healthy cluster)."""
 HOUR_MS: Final = 3_600_000
+TIES_MAX: Final = 1000
+"""Runs of one occurrence of one trigger a page shows at most (a handful in practice)."""
 WALK: Final = 20_000
 """Schedule keys one page of a filtered list walks at most."""
 MAX_UUID: Final = uuid.UUID(int=(1 << 128) - 1)
@@ -275,14 +277,31 @@ async def trigger_runs(
     project_id: str,
     trigger_id: str,
     *,
-    before: tuple[int, uuid.UUID] = (BIG_MS, MAX_UUID),
+    before_ms: int = BIG_MS,
     limit: int = 50,
 ) -> list[RunLine]:
-    """A trigger's Runs, latest occurrence first, before key ``before``."""
-    rows = await conn.fetch(
-        query("ui_trigger_runs"), project_id, trigger_id, before[0], before[1], limit
-    )
-    return [RunLine(**dict(r)) for r in rows]
+    """A trigger's Runs, latest occurrence first, scheduled before ``before_ms``.
+
+    A full page is completed with every Run of its last occurrence (so the next page,
+    before that occurrence, misses none of its ties): it may hold a few more than
+    ``limit``.
+    """
+    rows = [
+        RunLine(**dict(r))
+        for r in await conn.fetch(
+            query("ui_trigger_runs"), project_id, trigger_id, before_ms, limit
+        )
+    ]
+    if len(rows) < limit:
+        return sorted(rows, key=_newest_first)
+    last = rows[-1].scheduled_for_ms
+    ties = await conn.fetch(query("ui_trigger_runs_at"), project_id, trigger_id, last, TIES_MAX)
+    kept = [r for r in rows if r.scheduled_for_ms != last]
+    return sorted(kept + [RunLine(**dict(r)) for r in ties], key=_newest_first)
+
+
+def _newest_first(r: RunLine) -> tuple[int, str]:
+    return (-r.scheduled_for_ms, str(r.run_id))
 
 
 async def runs(

@@ -152,32 +152,35 @@ async def runs(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response
     state = state if state in reads.RUN_STATES else ""
     trigger = req.arg("trigger")
     hours = req.arg("hours")
-    before = _before_key(req.arg("before")) or (reads.BIG_MS, reads.MAX_UUID)
+    before_arg = req.arg("before")
 
-    async def fn(conn: Connection) -> tuple[list[reads.RunLine], int]:
+    async def fn(conn: Connection) -> tuple[list[reads.RunLine], int, str | None]:
         now = await reads.now_ms(conn)
         since = now - int(hours) * reads.HOUR_MS if hours.isdigit() else 0
         if trigger:
+            # One trigger's Runs by occurrence (its index), filtered here: at most a page
+            # of its history is read per request.
             ref = trigger_ref(trigger)
-            rows = await reads.trigger_runs(
-                conn, ref.project_id, ref.trigger_id, before=before, limit=PAGE * 4
+            before = int(before_arg) if before_arg.isdigit() else reads.BIG_MS
+            page = await reads.trigger_runs(
+                conn, ref.project_id, ref.trigger_id, before_ms=before, limit=PAGE
             )
+            following = str(page[-1].scheduled_for_ms) if len(page) >= PAGE else None
             rows = [
-                r for r in rows if (not state or r.state == state) and r.scheduled_for_ms >= since
-            ][:PAGE]
-        else:
-            rows = await reads.runs(conn, before=before, since_ms=since, state=state, limit=PAGE)
-        return rows, now
+                r for r in page if (not state or r.state == state) and r.scheduled_for_ms >= since
+            ]
+            if page and page[-1].scheduled_for_ms < since:
+                following = None
+            return rows, now, following
+        key = _before_key(before_arg) or (reads.BIG_MS, reads.MAX_UUID)
+        rows = await reads.runs(conn, before=key, since_ms=since, state=state, limit=PAGE)
+        last = rows[-1] if len(rows) == PAGE else None
+        return rows, now, None if last is None else f"{last.created_at_ms}_{last.run_id}"
 
     try:
-        rows, now = await ui.read(fn)
+        rows, now, following = await ui.read(fn)
     except ControlError as exc:
         return ui.refuse(req, 400, str(exc))
-    following = None
-    if len(rows) == PAGE:
-        last = rows[-1]
-        at = last.scheduled_for_ms if trigger else last.created_at_ms
-        following = f"{at}_{last.run_id}"
     return ui.page(
         req,
         "runs.html",

@@ -34,7 +34,8 @@ READS = {
         {"trigger_schedules_pkey", "runs_trigger_idx"},
     ),
     "ui_schedules_walk_end": (["''", "''", P, "20000"], {"trigger_schedules_pkey"}),
-    "ui_trigger_runs": ([P, "'t0000001'", TOP, MAX_ID, "51"], {"runs_trigger_idx"}),
+    "ui_trigger_runs": ([P, "'history'", TOP, "51"], {"runs_trigger_idx"}),
+    "ui_trigger_runs_at": ([P, "'history'", "1000", "1000"], {"runs_trigger_idx"}),
     "ui_runs": ([TOP, MAX_ID, "0", "''", "51"], {"runs_created_idx"}),
     "ui_runs_in_state": ([TOP, MAX_ID, "0", "'failed'", "51"], {"runs_state_created_idx"}),
     "ui_recent_owners": (["1000"], {"runs_created_idx"}),
@@ -100,3 +101,39 @@ async def test_a_filtered_walk_is_bounded_and_pages_see_each_match_once(env: Env
     every, _ = await walk_all("", limit=50, walk=60)
     assert every == sorted(every)
     assert len(every) == len(set(every)) == 300
+
+
+async def test_a_triggers_runs_page_by_occurrence_and_keep_ties_together(env: Env) -> None:
+    """Rule: paging one trigger's Runs by occurrence (pages of 2) sees every Run exactly
+    once, newest occurrence first, even when several Runs share an occurrence across a page
+    boundary (the page takes all of its last occurrence's Runs)."""
+    times = [5, 4, 4, 4, 3, 2, 2, 1]
+    insert = (
+        "INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,"
+        " task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,"
+        " owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,"
+        " admitted_claim_version) SELECT gen_random_uuid(), 'p', 't', 1, 'k', 1,"
+        " gen_random_uuid(), s * 1000, 'key:' || i, 'queued', 'runtime', 0, 0, 'r',"
+        " gen_random_uuid(), 1 FROM unnest($1::bigint[]) WITH ORDINALITY AS u(s, i)"
+    )
+
+    async def fill(conn: Connection) -> None:
+        await conn.execute(insert, times)
+
+    await connect_once(env.db.superuser_dsn, fill)
+
+    async def walk(conn: Connection) -> list[int]:
+        seen: list[int] = []
+        ids: set[str] = set()
+        before = ui.BIG_MS
+        while True:
+            page = await ui.trigger_runs(conn, "p", "t", before_ms=before, limit=2)
+            for r in page:
+                assert str(r.run_id) not in ids
+                ids.add(str(r.run_id))
+            seen += [r.scheduled_for_ms // 1000 for r in page]
+            if len(page) < 2:
+                return seen
+            before = page[-1].scheduled_for_ms
+
+    assert await connect_once(env.db.observer_dsn, walk) == times

@@ -133,18 +133,31 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
  WHERE s.project_id = $1 AND s.trigger_id = $2;
 
 -- name: ui_trigger_runs
--- A trigger's Runs, latest occurrence first, before ($3 scheduled_for, $4 run id), $5 at
--- most (runs_trigger_idx); each with its latest event (when it last changed state).
+-- A trigger's Runs, latest occurrence first, scheduled before $3, $4 at most, each with
+-- its latest event (when it last changed state). Ordered by runs_trigger_idx alone, so no
+-- plan sorts a trigger's history: the caller completes the last occurrence's ties with
+-- ui_trigger_runs_at and pages on scheduled_for_ms.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
        e.at_ms AS last_event_at_ms
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
                       WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
- WHERE r.project_id = $1 AND r.trigger_id = $2
-   AND (r.scheduled_for_ms, r.run_id) < ($3::bigint, $4::uuid)
- ORDER BY r.scheduled_for_ms DESC, r.run_id DESC
- LIMIT $5;
+ WHERE r.project_id = $1 AND r.trigger_id = $2 AND r.scheduled_for_ms < $3::bigint
+ ORDER BY r.scheduled_for_ms DESC
+ LIMIT $4;
+
+-- name: ui_trigger_runs_at
+-- A trigger's Runs scheduled for exactly $3 (ties of one occurrence: re-published
+-- revisions, a trigger-now in the same millisecond), at most $4, in no order.
+SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
+       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       e.at_ms AS last_event_at_ms
+  FROM qlsched.runs AS r
+  LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
+                      WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
+ WHERE r.project_id = $1 AND r.trigger_id = $2 AND r.scheduled_for_ms = $3::bigint
+ LIMIT $4;
 
 -- name: ui_runs
 -- Runs newest first, created before ($1 created_at, $2 run id) and at or after $3, in
