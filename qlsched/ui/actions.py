@@ -52,13 +52,13 @@ from qlsched.ui import hooks
 from qlsched.ui.app import Dashboard
 from qlsched.ui.pages import schedule_filter, schedule_page
 from qlsched.ui.render import iso
-from qlsched.ui.web import Request, Response, redirect, text, url
+from qlsched.ui.web import Request, Response, text
 
 BULK_MAX: Final = 1000
 
 
-def _back(ref: TriggerRef, message: str) -> Response:
-    return redirect(url(f"/schedules/{ref}", flash=message))
+def _back(ui: Dashboard, ref: TriggerRef, message: str) -> Response:
+    return ui.back(f"/schedules/{ref}", message)
 
 
 def _note(req: Request) -> str | None:
@@ -111,8 +111,8 @@ async def pause(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Respons
     try:
         outcome = await admin.pause(_dsn(ui), ref, note=_note(req), actor=_actor(req))
     except ControlError as exc:
-        return _back(ref, str(exc))
-    return _back(ref, outcome_text(outcome))
+        return _back(ui, ref, str(exc))
+    return _back(ui, ref, outcome_text(outcome))
 
 
 async def resume(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
@@ -126,8 +126,8 @@ async def resume(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Respon
             actor=_actor(req),
         )
     except ControlError as exc:
-        return _back(ref, str(exc))
-    return _back(ref, outcome_text(outcome))
+        return _back(ui, ref, str(exc))
+    return _back(ui, ref, outcome_text(outcome))
 
 
 async def trigger_now(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
@@ -135,8 +135,8 @@ async def trigger_now(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> R
     try:
         result = await admin.trigger_now(_dsn(ui), ref, note=_note(req), actor=_actor(req))
     except ControlError as exc:
-        return _back(ref, str(exc))
-    return _back(ref, record_text(result))
+        return _back(ui, ref, str(exc))
+    return _back(ui, ref, record_text(result))
 
 
 def _instant(value: str, what: str) -> int:
@@ -157,7 +157,7 @@ async def backfill_preview(ui: Dashboard, req: Request, groups: tuple[str, ...])
         note = checked_text(req.arg("note"), what="note", max_chars=NOTE_MAX_CHARS)
         check_range(from_ms, to_ms, 1)
     except ControlError as exc:
-        return _back(ref, str(exc))
+        return _back(ui, ref, str(exc))
 
     async def fn(conn: Connection) -> tuple[reads.Schedule | None, int]:
         return await reads.schedule(conn, *groups), await reads.now_ms(conn)
@@ -166,7 +166,7 @@ async def backfill_preview(ui: Dashboard, req: Request, groups: tuple[str, ...])
     if s is None:
         return text(404, f"no schedule {ref}")
     if to_ms > now:
-        return _back(ref, "refused: the range's end is later than the database's time now")
+        return _back(ui, ref, "refused: the range's end is later than the database's time now")
     cron = parse_cron(s.cron, s.timezone, dst_gap=s.dst_gap, dst_fold=s.dst_fold)
     count = backfill_count(cron, from_ms, to_ms)
     return ui.page(
@@ -189,7 +189,7 @@ async def backfill(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Resp
     try:
         from_ms, to_ms, count = (int(req.field(n)) for n in ("from_ms", "to_ms", "count"))
     except ValueError:
-        return _back(ref, "the backfill form is incomplete: preview it again")
+        return _back(ui, ref, "the backfill form is incomplete: preview it again")
     try:
         result = await admin.backfill(
             _dsn(ui),
@@ -201,8 +201,8 @@ async def backfill(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Resp
             actor=_actor(req),
         )
     except ControlError as exc:
-        return _back(ref, str(exc))
-    return _back(ref, record_text(result))
+        return _back(ui, ref, str(exc))
+    return _back(ui, ref, record_text(result))
 
 
 async def cancel_run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
@@ -211,10 +211,10 @@ async def cancel_run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Re
         note = _note(req)
         line = await hooks.cancel(_dsn(ui), run_id, note=note, actor=_actor(req))
     except (ValueError, ControlError) as exc:
-        return redirect(url(f"/runs/{groups[0]}", flash=str(exc)))
+        return ui.back(f"/runs/{groups[0]}", str(exc))
     if line is None:
         return text(404, "this qlsched cannot cancel a Run")
-    return redirect(url(f"/runs/{run_id}", flash=line))
+    return ui.back(f"/runs/{run_id}", line)
 
 
 async def _matching(ui: Dashboard, req: Request) -> tuple[dict[str, str], list[TriggerRef]]:
@@ -244,7 +244,7 @@ async def bulk_preview(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> 
         too_many=len(refs) > BULK_MAX,
         bulk_max=BULK_MAX,
         now=None,
-        flash=req.arg("flash"),
+        flash=ui.flash(req),
     )
 
 
@@ -254,7 +254,7 @@ async def bulk(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response
     flt, refs = await _matching(ui, req)
     if len(refs) > BULK_MAX or str(len(refs)) != req.field("count"):
         message = f"the filter now matches {len(refs)} schedules: review them again"
-        return redirect(url("/schedules/bulk", action=req.field("kind"), **flt, flash=message))
+        return ui.back("/schedules/bulk", message, action=req.field("kind"), **flt)
     kind = "resume" if req.field("kind") == "resume" else "pause"
     try:
         note, actor = _note(req), _actor(req)
@@ -280,4 +280,4 @@ async def bulk(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response
         return ui.refuse(req, 500, str(exc))
     verb = "paused" if kind == "pause" else "resumed"
     message = f"{verb} {changed} of {len(refs)} schedules (the others were {verb} already)"
-    return redirect(url("/schedules", **flt, flash=message))
+    return ui.back("/schedules", message, **flt)

@@ -30,7 +30,9 @@ from qlsched.ui.web import (
     Request,
     Response,
     parse_pairs,
+    redirect,
     text,
+    url,
 )
 
 T = TypeVar("T")
@@ -88,6 +90,14 @@ class Dashboard:
             **context,
         )
         return Response(status, body)
+
+    def back(self, path: str, message: str, **params: str) -> Response:
+        """303 to ``path`` (with ``params``) showing ``message``, sealed by this process."""
+        return redirect(url(path, **params, flash=message, seal=self.csrf.seal(message)))
+
+    def flash(self, req: Request) -> str:
+        """The message a redirect carried, if this process sealed it."""
+        return self.csrf.unseal(req.arg("flash"), req.arg("seal"))
 
     def refuse(self, req: Request, status: int, message: str) -> Response:
         return self.page(

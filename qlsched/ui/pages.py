@@ -89,7 +89,7 @@ async def schedules(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Res
         following=None if page.resume is None else "/".join(page.resume),
         partial=page.resume is not None and len(page.rows) < PAGE,
         paged=bool(req.arg("after")),
-        flash=req.arg("flash"),
+        flash=ui.flash(req),
     )
 
 
@@ -135,7 +135,7 @@ async def schedule(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Resp
         upcoming=ahead,
         line=timeline(runs, [t for t, _ in ahead], now, label="next"),
         now=now,
-        flash=req.arg("flash"),
+        flash=ui.flash(req),
     )
 
 
@@ -217,7 +217,7 @@ async def run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
         events=events,
         now=now,
         can_cancel=cancel_available() and not r.finished,
-        flash=req.arg("flash"),
+        flash=ui.flash(req),
     )
 
 

@@ -111,6 +111,15 @@ class Csrf:
     def valid(self, who: Identity, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token(who).encode())
 
+    def seal(self, message: str) -> str:
+        """A signature for a one-line message carried in a redirect's address, so a page
+        shows only messages this process wrote (a crafted link shows nothing)."""
+        return hmac.new(self._key, b"flash\x00" + message.encode(), hashlib.sha256).hexdigest()
+
+    def unseal(self, message: str, seal: str) -> str:
+        """``message`` when ``seal`` is its signature, else ''."""
+        return message if hmac.compare_digest(seal.encode(), self.seal(message).encode()) else ""
+
 
 def same_origin(headers: Mapping[str, str], origin: str | None) -> bool:
     """Whether a POST came from a page of this origin: ``origin`` when the dashboard is

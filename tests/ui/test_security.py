@@ -120,6 +120,18 @@ def test_posts_need_the_admin_the_origin_and_the_csrf_token(site: Site) -> None:
     assert status == 303
     assert headers["location"].startswith(TARGET + "?flash=paused")
     assert paused(site)
+    shown = call(site, headers["location"], auth=admin)[2]
+    assert re.search(r'class="flash"[^>]*>paused billing/billing-02', shown)
+
+
+def test_a_crafted_message_link_shows_nothing(site: Site) -> None:
+    """Rule: the one-line message after an action is shown only when this process sealed
+    it: a link carrying any other text (or a forged seal) shows no message."""
+    crafted = "/schedules/billing/billing-01?flash=Call%20+1-555%20now&seal=" + "0" * 64
+    status, _, body = call(site, crafted, auth=basic("a", ADMIN))
+    assert status == 200
+    assert "555" not in body
+    assert 'class="flash"' not in body
 
 
 def test_a_non_loopback_address_is_refused_without_tokens() -> None:

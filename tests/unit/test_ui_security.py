@@ -65,3 +65,12 @@ def test_loopback_addresses() -> None:
     """Rule: localhost, 127.0.0.0/8 and ::1 are loopback; any other address or name is not."""
     assert all(is_loopback(h) for h in ("localhost", "127.0.0.1", "127.3.4.5", "::1", "[::1]"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com"))
+
+
+def test_messages_show_only_with_this_process_seal() -> None:
+    """Rule: a redirect's message is shown only with the seal this process made for it."""
+    one, two = Csrf(b"k" * 32), Csrf(b"j" * 32)
+    assert one.unseal("paused p/t", one.seal("paused p/t")) == "paused p/t"
+    assert one.unseal("paused p/x", one.seal("paused p/t")) == ""
+    assert two.unseal("paused p/t", one.seal("paused p/t")) == ""
+    assert one.unseal("anything", "") == ""
