@@ -29,7 +29,7 @@ CLAIMS_LIMIT: Final = 10_000
 HOUR_MS: Final = 3_600_000
 TIES_MAX: Final = 1000
 """Runs of one occurrence of one trigger a page shows at most (a handful in practice)."""
-WALK: Final = 20_000
+WALK: Final = 10_000
 """Schedule keys one page of a filtered list walks at most."""
 MAX_UUID: Final = uuid.UUID(int=(1 << 128) - 1)
 BIG_MS: Final = (1 << 62) - 1
@@ -225,6 +225,7 @@ async def overview(conn: Connection, *, window: int = RECENT_WINDOW) -> Overview
 
 
 class SchedulePage(msgspec.Struct, frozen=True):
+    now_ms: int
     rows: list[ScheduleLine]
     resume: tuple[str, str] | None
     """Where the next page starts (after this key), None at the end: the last row of a full
@@ -247,13 +248,14 @@ async def schedules(
     the project's last key (or the greatest project id), at most ``walk`` entries, so a
     filter that matches few rows costs at most that per page and says where it stopped.
     """
+    now = await now_ms(conn)
     if project:
         after = max(after, (project, ""))
         last = project
     else:
         last = await conn.fetchval(query("ui_last_project"))
         if last is None:
-            return SchedulePage([], None)
+            return SchedulePage(now, [], None)
     walk = max(walk, limit)
     rows = [
         ScheduleLine(**dict(r))
@@ -262,9 +264,10 @@ async def schedules(
         )
     ]
     if len(rows) == limit:
-        return SchedulePage(rows, (rows[-1].project_id, rows[-1].trigger_id))
+        return SchedulePage(now, rows, (rows[-1].project_id, rows[-1].trigger_id))
     end = await conn.fetchrow(query("ui_schedules_walk_end"), after[0], after[1], last, walk)
-    return SchedulePage(rows, None if end is None else (end["project_id"], end["trigger_id"]))
+    resume = None if end is None else (end["project_id"], end["trigger_id"])
+    return SchedulePage(now, rows, resume)
 
 
 async def schedule(conn: Connection, project_id: str, trigger_id: str) -> Schedule | None:

@@ -77,7 +77,6 @@ async def schedule_page(
 async def schedules(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
     flt = schedule_filter(req)
     page = await schedule_page(ui, flt, _after(req.arg("after")), PAGE)
-    now = await ui.read(reads.now_ms)
     return ui.page(
         req,
         "schedules.html",
@@ -85,7 +84,7 @@ async def schedules(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Res
         rows=page.rows,
         flt=flt,
         states=reads.STATES,
-        now=now,
+        now=page.now_ms,
         following=None if page.resume is None else "/".join(page.resume),
         partial=page.resume is not None and len(page.rows) < PAGE,
         paged=bool(req.arg("after")),
@@ -245,18 +244,18 @@ async def audit(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Respons
             return ui.refuse(req, 400, str(exc))
         project_id, trigger_id = ref.project_id, ref.trigger_id
 
-    async def fn(conn: Connection) -> list[reads.Action]:
-        return await reads.actions(
+    async def fn(conn: Connection) -> tuple[list[reads.Action], int]:
+        rows = await reads.actions(
             conn,
             before=int(before) if before.isdigit() else reads.BIG_MS,
             project_id=project_id,
             trigger_id=trigger_id,
             limit=PAGE,
         )
+        return rows, await reads.now_ms(conn)
 
-    rows = await ui.read(fn)
+    rows, now = await ui.read(fn)
     following = rows[-1].action_id if len(rows) == PAGE else None
-    now = await ui.read(reads.now_ms)
     return ui.page(
         req, "audit.html", title="Audit", rows=rows, now=now, trigger=trigger, following=following
     )

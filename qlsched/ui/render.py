@@ -56,6 +56,7 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # shipped templates never change under a running process
     )
     env.filters.update(iso=iso, duration=duration)
     env.globals.update(ago=ago, url=url)

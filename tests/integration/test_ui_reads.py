@@ -28,12 +28,16 @@ MAX_ID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'"
 P = f"'{PROJECT}'"
 
 READS = {
-    "ui_schedules": (["''", "''", P, "''", "''", "''", "51", "20000"], {"trigger_schedules_pkey"}),
+    "ui_schedules": (["''", "''", P, "''", "''", "''", "51", "10000"], {"trigger_schedules_pkey"}),
     "ui_schedules:project": (
-        [P, "'t0005000'", P, P, "''", "'paused'", "51", "20000"],
+        [P, "'t0005000'", P, P, "''", "'paused'", "51", "10000"],
         {"trigger_schedules_pkey", "runs_trigger_idx"},
     ),
-    "ui_schedules_walk_end": (["''", "''", P, "20000"], {"trigger_schedules_pkey"}),
+    "ui_schedules:search": (
+        ["''", "''", P, "''", "'t00001'", "''", "51", "10000"],
+        {"trigger_schedules_pkey"},
+    ),
+    "ui_schedules_walk_end": (["''", "''", P, "10000"], {"trigger_schedules_pkey"}),
     "ui_trigger_runs": ([P, "'history'", TOP, "51"], {"runs_trigger_idx"}),
     "ui_trigger_runs_at": ([P, "'history'", "1000", "1000"], {"runs_trigger_idx"}),
     "ui_runs": ([TOP, MAX_ID, "0", "''", "51"], {"runs_created_idx"}),

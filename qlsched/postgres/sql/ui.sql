@@ -75,18 +75,21 @@ SELECT pg_catalog.max(p.project_id) FROM qlsched.projects AS p;
 -- any), $5 a substring of PROJECT/TRIGGER ('' = any), $6 state ('' any, active, paused,
 -- off, failing: the latest Run failed); $7 rows at most. A filter that matches few rows
 -- so costs at most $8 entries per page (ui_schedules_walk_end says where the walk
--- stopped). Each row finds its trigger and its latest Run by key.
+-- stopped). The walk reads keys only and the search filters them before any row is
+-- fetched; each row kept then finds its schedule, its trigger and its latest Run by key.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cron,
        t.timezone, t.misfire_policy, t.misfire_grace_ms, t.jitter_ms, s.next_fire_at_ms,
        s.due_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.paused_at_ms, s.pause_note, s.skipped_total, s.coalesced_total, s.paused_total,
        l.state AS last_state, l.scheduled_for_ms AS last_scheduled_for_ms
-  FROM (SELECT w.*
+  FROM (SELECT w.project_id, w.trigger_id
           FROM qlsched.trigger_schedules AS w
          WHERE (w.project_id, w.trigger_id) > ($1::text, $2::text)
            AND w.project_id <= $3::text
          ORDER BY w.project_id, w.trigger_id
-         LIMIT $8) AS s
+         LIMIT $8) AS k
+  JOIN qlsched.trigger_schedules AS s
+    ON s.project_id = k.project_id AND s.trigger_id = k.trigger_id
  CROSS JOIN LATERAL (SELECT g.enabled, g.cron, g.timezone, g.misfire_policy,
                             g.misfire_grace_ms, g.jitter_ms
                        FROM qlsched.triggers AS g
@@ -97,8 +100,8 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
                       WHERE r.project_id = s.project_id AND r.trigger_id = s.trigger_id
                       ORDER BY r.scheduled_for_ms DESC
                       LIMIT 1) AS l ON true
- WHERE ($4::text = '' OR s.project_id = $4::text)
-   AND ($5::text = '' OR pg_catalog.strpos(s.project_id || '/' || s.trigger_id, $5::text) > 0)
+ WHERE ($4::text = '' OR k.project_id = $4::text)
+   AND ($5::text = '' OR pg_catalog.strpos(k.project_id || '/' || k.trigger_id, $5::text) > 0)
    AND CASE $6::text
          WHEN 'active' THEN s.active
          WHEN 'paused' THEN s.paused_at_ms IS NOT NULL
@@ -106,7 +109,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
          WHEN 'failing' THEN l.state IS NOT DISTINCT FROM 'failed'
          ELSE true
        END
- ORDER BY s.project_id, s.trigger_id
+ ORDER BY k.project_id, k.trigger_id
  LIMIT $7;
 
 -- name: ui_schedules_walk_end
