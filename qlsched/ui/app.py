@@ -23,7 +23,14 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, S
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.pool import Connection, Database
 from qlsched.ui.render import render
-from qlsched.ui.security import Csrf, Identity, Tokens, authenticate, same_origin
+from qlsched.ui.security import (
+    Csrf,
+    Identity,
+    Tokens,
+    authenticate,
+    host_allowed,
+    same_origin,
+)
 from qlsched.ui.web import (
     FORM_MAX_BYTES,
     SECURITY_HEADERS,
@@ -130,6 +137,8 @@ class Dashboard:
             return found
         handler, groups = found
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if not host_allowed(headers.get("host"), self.tokens, self.origin):
+            return text(421, "this dashboard answers on its loopback address only")
         who = authenticate(headers.get("authorization"), self.tokens, self.local_user)
         if who is None:
             challenge = ((b"www-authenticate", b'Basic realm="qlsched", charset="UTF-8"'),)

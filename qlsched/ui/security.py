@@ -61,6 +61,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_allowed(host: str | None, tokens: Tokens, origin: str | None) -> bool:
+    """Whether to serve a request for this ``Host``. Without tokens only a loopback name
+    is served (or the ``origin``'s host): a page of another site whose name was made to
+    resolve to 127.0.0.1 (DNS rebinding) gets nothing, since it could otherwise read the
+    pages and their CSRF tokens as its own origin. With tokens any Host is served: the
+    browser keeps basic credentials per origin, so such a page has none to send."""
+    if tokens.any:
+        return True
+    if not host:
+        return False
+    name = urlsplit(f"//{host}").hostname or ""
+    if origin and name == (urlsplit(origin).hostname or ""):
+        return True
+    return is_loopback(name)
+
+
 def _match(given: str, expected: str | None) -> bool:
     return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
 

@@ -15,7 +15,7 @@ import pytest
 
 from qlsched.ui.web import CSP
 from tests.integration.schema_support import run_cli
-from tests.ui.site import ADMIN, VIEWER, Site, query
+from tests.ui.site import ADMIN, VIEWER, Site, process, query
 
 pytestmark = pytest.mark.integration
 
@@ -168,3 +168,24 @@ def test_the_dsns_must_log_in_as_their_roles(site: Site) -> None:
     for result in (admin_as_reader, observer_as_admin):
         assert "Traceback" not in result.stderr
         assert result.stderr.count("\n") == 1
+
+
+def test_without_tokens_another_host_name_gets_nothing(site: Site) -> None:
+    """Rule: a dashboard without tokens (loopback only) answers a request naming another
+    Host with 421 and nothing else, so a site rebound to 127.0.0.1 can neither read pages
+    (and their CSRF tokens) nor act; its own address is served, to the local account."""
+    ui = ["ui", "--dsn", site.db.observer_dsn, "--admin-dsn", site.db.admin_dsn]
+    with process([*ui, "--http", "127.0.0.1:0"], {}, r"qlsched ui: (http://[^/]+)/") as m:
+        local = Site(db=site.db, base=m.group(1))
+        assert call(local, "/")[0] == 200
+        for path in ("/", TARGET):
+            status, _, body = call(local, path, headers={"Host": "evil.example"})
+            assert status == 421
+            assert "csrf" not in body
+        status, _, _ = call(
+            local,
+            TARGET + "/pause",
+            form={"csrf": "0" * 64},
+            headers={"Host": "evil.example", "Origin": "http://evil.example"},
+        )
+        assert status == 421

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import base64
 
-from qlsched.ui.security import Csrf, Identity, Tokens, authenticate, is_loopback, same_origin
+from qlsched.ui.security import (
+    Csrf,
+    Identity,
+    Tokens,
+    authenticate,
+    host_allowed,
+    is_loopback,
+    same_origin,
+)
 
 TOKENS = Tokens(viewer="v-token", admin="a-token")
 
@@ -74,3 +82,16 @@ def test_messages_show_only_with_this_process_seal() -> None:
     assert one.unseal("paused p/x", one.seal("paused p/t")) == ""
     assert two.unseal("paused p/t", one.seal("paused p/t")) == ""
     assert one.unseal("anything", "") == ""
+
+
+def test_without_tokens_only_loopback_hosts_are_served() -> None:
+    """Rule: without tokens a request is served only for a loopback Host (or the --origin's
+    host), so a rebinding site's name pointed at 127.0.0.1 gets nothing; with tokens any
+    Host is served (the browser holds no credentials for that other origin)."""
+    none = Tokens()
+    for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "localhost"):
+        assert host_allowed(host, none, None), host
+    for host in ("evil.example:8080", "10.0.0.1:8080", None, ""):
+        assert not host_allowed(host, none, None), host
+    assert host_allowed("sched.example.com", none, "https://sched.example.com")
+    assert host_allowed("evil.example:8080", TOKENS, None)
