@@ -181,8 +181,8 @@ def test_a_backfill_shows_its_count_then_the_replica_admits_those_runs(
     expect(page.locator("table.requests")).to_contain_text("5/5")
     shot(page, "requests")
     page.goto("/schedules/reports/reports-02")
-    expect(page.locator("svg.timeline circle.run")).to_have_count(5)
-    shot(page, "schedule")
+    expect(page.locator("table.runs tbody tr")).to_have_count(5)
+    expect(page.locator("text=5 older Runs")).to_be_visible()
 
 
 def test_trigger_now_and_bulk_pause_act_on_the_database(
@@ -197,6 +197,9 @@ def test_trigger_now_and_bulk_pause_act_on_the_database(
     expect(page.locator(".flash")).to_contain_text("trigger-now recorded")
     manual = "SELECT 1 FROM qlsched.runs WHERE idempotency_key LIKE 'ql3:manual:v1:billing-03:%'"
     wait_for(lambda: len(query(site.db, manual)) == 1)
+    page.reload()
+    expect(page.locator("svg.timeline circle.run")).to_have_count(1)
+    shot(page, "schedule")
     page.goto("/schedules?q=reports-0&state=active")
     page.click("text=Pause all")
     expect(page.locator("[data-count]")).to_have_text("6")
