@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
+from qlsched.admin import sync
 from tests.ui.site import Site, query
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
@@ -266,3 +267,24 @@ def test_the_controls_work_with_javascript_off(
         " WHERE trigger_id = 'billing-00'",
     )
     assert row == [{"paused": True}]
+
+
+def test_the_overview_refreshes_itself_with_the_small_script(
+    site: Site, admin_context: BrowserContext
+) -> None:
+    """Rule: with JavaScript on, the overview fetches itself (same origin) every 10 s and
+    shows the new figures without a reload: a Run admitted meanwhile is counted."""
+    page = admin_context.new_page()
+    page.clock.install()
+    page.goto("/")
+    sync.trigger_now(site.db.admin_dsn, "billing/billing-02", actor="refresh-test")
+    manual = "SELECT 1 FROM qlsched.runs WHERE idempotency_key LIKE 'ql3:manual:v1:billing-02:%'"
+    wait_for(lambda: len(query(site.db, manual)) == 1)
+    [counted] = query(
+        site.db,
+        "SELECT count(*) AS n FROM (SELECT admitted_by_owner FROM qlsched.runs ORDER BY"
+        " created_at_ms DESC LIMIT 1000) AS l WHERE admitted_by_owner = 'replica-1'",
+    )
+    cell = page.locator("main table tbody tr", has_text="replica-1").locator("td").nth(1)
+    page.clock.run_for(11_000)
+    expect(cell).to_have_text(str(counted["n"]))
