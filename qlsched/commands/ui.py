@@ -53,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from qlsched.commands._common import fail, run_command
     from qlsched.commands._local import local_dsn
     from qlsched.commands._signals import watch_signals
+    from qlsched.commands.run import CannotListen, check_listen
     from qlsched.ui.security import Tokens, is_loopback
 
     address = _address(args.http)
@@ -70,6 +71,10 @@ def main(args: argparse.Namespace) -> int:
             f" {ADMIN_ENV} so that only token holders can read and act",
             2,
         )
+    try:
+        check_listen(address)  # a port in use: one line, before any database is touched
+    except CannotListen as exc:
+        return fail("ui", str(exc), 1)
 
     async def body() -> int:
         from qlsched.ui.serve import open_dashboard, serve
@@ -84,11 +89,7 @@ def main(args: argparse.Namespace) -> int:
             await n.start(
                 watch_signals, (signal.SIGINT, signal.SIGTERM), lambda _: n.cancel_scope.cancel()
             )
-            try:
-                host, port = await n.start(serve, app, *address)
-            except OSError as exc:
-                n.cancel_scope.cancel()
-                return fail("ui", f"cannot listen on {args.http}: {exc.strerror or exc}", 1)
+            host, port = await n.start(serve, app, *address)
             shown = f"[{host}]" if ":" in host else host
             mode = "" if admin is not None else " (read only: no --admin-dsn)"
             print(f"qlsched ui: http://{shown}:{port}/{mode}", file=sys.stderr, flush=True)

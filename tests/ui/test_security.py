@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -189,3 +190,18 @@ def test_without_tokens_another_host_name_gets_nothing(site: Site) -> None:
             headers={"Host": "evil.example", "Origin": "http://evil.example"},
         )
         assert status == 421
+
+
+def test_a_port_in_use_is_one_line() -> None:
+    """Rule: `qlsched ui --http` on a port another process holds exits 1 with one line
+    naming the address, before any database is touched (no DSN is reachable here)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli(
+            ["ui", "--http", f"127.0.0.1:{port}", "--dsn", "postgresql://x@127.0.0.1:1/x"]
+        )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"qlsched ui: cannot listen on 127.0.0.1:{port}")
+    assert result.stderr.count("\n") == 1
