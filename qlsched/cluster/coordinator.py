@@ -40,6 +40,7 @@ from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import (
     Admitted,
+    AlreadyAdmitted,
     CommitUnknown,
     DigestInvalid,
     FenceLost,
@@ -237,6 +238,8 @@ class Coordinator:
             self.sink.emit(Diagnostic(code=ADMIT_MISMATCH, replica=self._owner, count=len(fires)))
             return
         for fire, outcome in zip(fires, outcomes, strict=True):
+            if isinstance(outcome, AlreadyAdmitted):
+                tally.coalesced += fire.coalesced
             if isinstance(outcome, Admitted):
                 tally.coalesced += fire.coalesced
                 self.metrics.observe_lag_ms(
@@ -250,6 +253,9 @@ class Coordinator:
         match outcome:
             case Admitted():
                 tally.admitted += 1
+            case AlreadyAdmitted():
+                # Reported by the store (a diagnostic and the row's count); nothing heals.
+                tally.already_admitted += 1
             case Initialized():
                 tally.initialized += 1
             case Skipped(skipped=skipped):

@@ -39,6 +39,7 @@ from qlsched.core.requests import (
     RequestCommitUnknown,
     RequestFailed,
     RequestFenceLost,
+    RequestHeld,
     RequestOutcome,
     RequestRefused,
     RequestStore,
@@ -54,6 +55,7 @@ REQUEST_TASK_FAILED: Final = "request_task_failed"
 REQUEST_CODES: Final = (
     "request_admitted",
     "request_waiting",
+    "request_held",
     "request_refused",
     "request_fence_lost",
     "request_commit_unknown",
@@ -74,6 +76,7 @@ def _chunk(
     *,
     cursor_ms: int | None,
     done: bool,
+    next_ms: int | None = None,
 ) -> RequestChunk:
     """A chunk with its Run and Attempt ids minted (fresh per try; the keys decide)."""
     return RequestChunk(
@@ -84,6 +87,7 @@ def _chunk(
         attempt_ids=[new_id() for _ in occurrences],
         cursor_ms=cursor_ms,
         done=done,
+        next_ms=next_ms,
     )
 
 
@@ -193,11 +197,10 @@ class RequestsPass:
         cron = self._cron(claim)
         if cron is None or claim.from_ms is None or claim.to_ms is None:
             return None
-        below = (
-            claim.schedule_cursor_ms
-            if claim.schedule_cursor_ms is not None
-            else claim.claimed_at_ms + 1
-        )
+        # A NULL cron cursor: cron has not decided where it starts (a new or re-published
+        # revision, a trigger paused before its first claim), so nothing is the backfill's
+        # yet; "before now" would let Initialize later set the cursor onto a taken key.
+        below = claim.schedule_cursor_ms if claim.schedule_cursor_ms is not None else -1
         picked = backfill_chunk(
             cron,
             from_ms=claim.from_ms,
@@ -209,7 +212,14 @@ class RequestsPass:
         keys = [
             idempotency_key(claim.trigger_id, claim.trigger_revision, t) for t in picked.occurrences
         ]
-        return _chunk(claim, picked.occurrences, keys, cursor_ms=picked.cursor_ms, done=picked.done)
+        return _chunk(
+            claim,
+            picked.occurrences,
+            keys,
+            cursor_ms=picked.cursor_ms,
+            done=picked.done,
+            next_ms=picked.next_ms,
+        )
 
     def _cron(self, claim: RequestClaim) -> CronSchedule | None:
         cron = self._crons.get(
@@ -247,7 +257,13 @@ class RequestsPass:
                         part=reason,
                     )
                 )
-            case RequestWaiting() | RequestFenceLost() | RequestCommitUnknown() | RequestFailed():
+            case (
+                RequestWaiting()
+                | RequestHeld()
+                | RequestFenceLost()
+                | RequestCommitUnknown()
+                | RequestFailed()
+            ):
                 pass
             case _:
                 assert_never(outcome)

@@ -18,6 +18,8 @@ class RoundCounts(msgspec.Struct, kw_only=True):
     fired: int = 0
     """Fire decisions (Run/Attempt ids minted), admitted or not."""
     admitted: int = 0
+    already_admitted: int = 0
+    """Fires whose key another path had already admitted: the cursor moved, no Run."""
     initialized: int = 0
     skipped: int = 0
     released: int = 0

@@ -129,9 +129,12 @@ def _backlog(report: StatusReport) -> str:
 
 def _request_line(q: StatusRequest) -> str:
     """One request: what was asked, by whom, and how far it got."""
-    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {q.state}"
+    state = "held (trigger paused; runs after resume)" if q.held else q.state
+    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {state}"
     if q.refused_reason is not None:
         line += f" ({q.refused_reason})"
+    if q.failures and q.last_failure is not None:
+        line += f" (failed {q.failures} in a row, last {q.last_failure})"
     if q.kind == "backfill":
         line += (
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
@@ -173,6 +176,15 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"
             f" {refused.reason}",
             style="bold red" if terminal else None,
+            markup=False,
+        )
+    for row in report.failing:
+        at = "" if row.last_failure_at_ms is None else f" at {_iso(row.last_failure_at_ms)}"
+        console.print(
+            f"{'stuck' if row.stuck else 'failing'} {row.project_id}/{row.trigger_id}:"
+            f" {row.failures} admits failed in a row, last {row.last_failure}{at}"
+            " (each gave its claim back; the next admit clears it)",
+            style="bold red" if terminal and row.stuck else None,
             markup=False,
         )
     for q in report.requests:

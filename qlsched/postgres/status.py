@@ -8,6 +8,7 @@ schedule row), and every lag or lease left is computed against it. Every read is
 from __future__ import annotations
 
 import uuid
+from typing import Final
 
 import msgspec
 
@@ -51,10 +52,34 @@ class StatusRequest(msgspec.Struct, frozen=True):
     already_admitted: int
     """Occurrences whose key already had a Run (cron admitted them, or an earlier request)."""
     claim_owner: str | None
+    failures: int = 0
+    """Admits of it that failed in a row (refused ``failed_repeatedly`` at the bound)."""
+    last_failure: str | None = None
+    held: bool = False
+    """Pending for a paused trigger: it takes no claim slot and runs after resume."""
 
     @property
     def done(self) -> int:
         return self.admitted + self.already_admitted
+
+
+STUCK_AFTER: Final = 3
+"""Admits of one schedule row failing in a row before status, check and metrics call it stuck."""
+
+
+class FailingRow(msgspec.Struct, frozen=True):
+    """A schedule row whose last admits failed (each gave its claim back at once)."""
+
+    project_id: str
+    trigger_id: str
+    failures: int
+    last_failure: str | None
+    """The outcome and SQLSTATE, e.g. ``store_failed:23514``."""
+    last_failure_at_ms: int | None
+
+    @property
+    def stuck(self) -> bool:
+        return self.failures >= STUCK_AFTER
 
 
 class StatusReport(msgspec.Struct, frozen=True):
@@ -70,6 +95,13 @@ class StatusReport(msgspec.Struct, frozen=True):
     due_backlog_limit: int = DUE_BACKLOG_LIMIT
     requests: list[StatusRequest] = msgspec.field(default_factory=list)
     """The latest trigger-now and backfill requests, pending ones first."""
+    failing: list[FailingRow] = msgspec.field(default_factory=list)
+    """Rows whose last admits failed (``stuck`` from ``STUCK_AFTER`` in a row)."""
+
+
+async def failing_rows(conn: Connection, *, limit: int = 100) -> list[FailingRow]:
+    """Schedule rows whose last admits failed, in key order, at most ``limit``."""
+    return [FailingRow(**dict(r)) for r in await conn.fetch(query("status_failing"), limit)]
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
@@ -89,4 +121,5 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         due_backlog_capped=backlog.capped,
         due_backlog_limit=backlog.limit,
         requests=requests,
+        failing=await failing_rows(conn),
     )

@@ -391,14 +391,18 @@ def check_claim_plan(plan_json: str) -> None:
     on_schedules = [n for n in plan_nodes(top) if n.get("Relation Name") == "trigger_schedules"]
     assert on_schedules, plan_json
     assert {n["Node Type"] for n in on_schedules} <= SCHEDULE_NODES, plan_json
-    # The unclaimed arm is an ordered walk of the claim index: no Sort needed above it.
-    fresh = plan_nodes(cte(top, "fresh"))
-    assert any(
-        n["Node Type"] in ("Index Scan", "Index Only Scan")
-        and n.get("Index Name") == "trigger_schedules_claim_idx"
-        for n in fresh
-    ), plan_json
-    assert all(n["Node Type"] != "Sort" for n in fresh), plan_json
+    # The unclaimed arms (due rows, uninitialised rows) are ordered walks of the claim
+    # index: no Sort needed above either.
+    for arm, index in (
+        ("due", "trigger_schedules_claim_idx"),
+        ("fresh", "trigger_schedules_fresh_idx"),
+    ):
+        nodes = plan_nodes(cte(top, arm))
+        assert any(
+            n["Node Type"] in ("Index Scan", "Index Only Scan") and n.get("Index Name") == index
+            for n in nodes
+        ), (arm, plan_json)
+        assert all(n["Node Type"] != "Sort" for n in nodes), (arm, plan_json)
     # The expired arm uses its own small index.
     assert any(
         n.get("Index Name") == "trigger_schedules_expiry_idx"

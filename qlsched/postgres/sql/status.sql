@@ -20,3 +20,12 @@ SELECT r.project_id, r.trigger_id, r.scheduled_for_ms, r.queued_at_ms, r.state,
   FROM qlsched.runs AS r
  ORDER BY r.created_at_ms DESC
  LIMIT $1;
+
+-- name: status_failing
+-- Schedule rows whose last admits failed (counted until the next admit), for `status`,
+-- `check` and metrics: the failing index only, never the whole table. $1 = row limit.
+SELECT s.project_id, s.trigger_id, s.failures, s.last_failure, s.last_failure_at_ms
+  FROM qlsched.trigger_schedules AS s
+ WHERE s.failures > 0
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT $1;
