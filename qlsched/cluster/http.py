@@ -201,6 +201,16 @@ class AdmissionApp:
             self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
         else:
             self._metrics.set_action_totals(totals)
+        try:
+            with trio.fail_after(self._store_timeout_s):
+                failing = await self._actions.failing_counts()
+        except TimeoutError:
+            self._metrics.count_error(HTTP_BUSY)
+        except Exception as exc:
+            self._metrics.count_error(ACTIONS_FAILED)
+            self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
+        else:
+            self._metrics.set_failing(failing)
 
     async def _schedules(self, scope: HTTPScope) -> _Response:
         limit = _limit(scope["query_string"])

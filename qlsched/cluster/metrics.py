@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from qlsched.cluster.stats import RoundStats
 from qlsched.core.control import ACTION_KINDS, ActionTotal
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
-from qlsched.core.store import DUE_BACKLOG_LIMIT
+from qlsched.core.store import DUE_BACKLOG_LIMIT, FailingCounts
 
 # The `_created` series (a timestamp per counter and histogram) double the exposition and say
 # nothing a restart counter does not; the switch is process-wide in prometheus_client.
@@ -200,6 +200,15 @@ class Metrics:
             registry=r,
         )
         self.due_backlog_limit.set(DUE_BACKLOG_LIMIT)
+        self.failing: Final = Gauge(
+            "qlsched_failing",
+            "Database-wide, as of the last scrape: schedule rows whose last admits failed"
+            " (each gave its claim back; the next admit clears it), those that failed three"
+            " or more times in a row (stuck_schedule), and pending requests whose last"
+            " admits failed.",
+            ["kind"],
+            registry=r,
+        )
         for code in OUTCOME_CODES:
             self.outcomes.labels(code)
         for part in get_args(FencePart):
@@ -243,6 +252,12 @@ class Metrics:
         """A reader's count, clamped to the limit the help names (one that counts further
         must not make the gauge mean two things)."""
         self.due_backlog.set(min(rows, DUE_BACKLOG_LIMIT))
+
+    def set_failing(self, counts: FailingCounts) -> None:
+        """What is failing again and again, as a scrape just read it from the database."""
+        self.failing.labels("schedule").set(counts.schedules)
+        self.failing.labels("stuck_schedule").set(counts.stuck_schedules)
+        self.failing.labels("request").set(counts.requests)
 
     def set_action_totals(self, totals: list[ActionTotal]) -> None:
         """The control actions' totals as a scrape just read them from the database."""

@@ -18,6 +18,7 @@ from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
+from qlsched.postgres.status import FailingRow, failing_rows
 from qlsched.settings import load_config
 
 
@@ -32,14 +33,19 @@ def main(args: argparse.Namespace) -> int:
             or await local_dsn("check", args.data_dir, args.pg_bindir, "postgres")
         )
 
-        async def fn(conn: Connection) -> tuple[Readiness, list[RefusedTrigger]]:
+        async def fn(
+            conn: Connection,
+        ) -> tuple[Readiness, list[RefusedTrigger], list[FailingRow]]:
             report = await check_readiness(conn, lease_ms=config.lease_ms)
-            return report, (await readable_refusals(conn) if report.ready else [])
+            if not report.ready:
+                return report, [], []
+            return report, await readable_refusals(conn), await failing_rows(conn)
 
-        report, refused = await connect_once(dsn, fn)
+        report, refused, failing = await connect_once(dsn, fn)
         if args.json:
             doc = msgspec.to_builtins(report)
             doc["refused"] = msgspec.to_builtins(refused)
+            doc["failing"] = msgspec.to_builtins(failing)
             print(msgspec.json.encode(doc).decode())
         else:
             for finding in report.findings:
@@ -54,6 +60,12 @@ def main(args: argparse.Namespace) -> int:
                     f"attention: cannot admit {r.project_id}/{r.trigger_id} until it is"
                     f" re-published: {r.reason}"
                 )
+            for f in failing:
+                if f.stuck:
+                    print(
+                        f"attention: stuck {f.project_id}/{f.trigger_id}: {f.failures} admits"
+                        f" failed in a row, last {f.last_failure}"
+                    )
         return 0 if report.ready else 1
 
     return run_command("check", body)

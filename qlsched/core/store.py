@@ -103,7 +103,20 @@ class ScheduleReader(Protocol):
         ...
 
 
+class FailingCounts(msgspec.Struct, frozen=True):
+    """Database-wide: schedule rows whose last admits failed, those failing long enough to
+    be called stuck, and pending requests whose last admits failed (the metrics scrape)."""
+
+    schedules: int = 0
+    stuck_schedules: int = 0
+    requests: int = 0
+
+
 class ActionTotalsReader(Protocol):
     async def action_totals(self) -> list[ActionTotal]:
         """Control actions per kind so far, database-wide (the metrics scrape)."""
+        ...
+
+    async def failing_counts(self) -> FailingCounts:
+        """What is failing again and again, database-wide (the metrics scrape)."""
         ...

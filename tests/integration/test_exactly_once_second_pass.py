@@ -26,9 +26,11 @@ from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config
 from qlsched.core.keys import idempotency_key
-from qlsched.core.outcomes import Admitted, AlreadyAdmitted, Initialize, Initialized
+from qlsched.core.outcomes import Admitted, AlreadyAdmitted, Initialize, Initialized, StoreFailed
 from qlsched.core.requests import RequestHeld, RequestRefused
+from qlsched.core.store import FailingCounts
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.reader import PostgresReader
 from qlsched.postgres.requests import PostgresRequestStore, record_trigger_now
 from qlsched.tools.accounting import account, unbalanced
 from tests.integration.adapter_support import (
@@ -326,3 +328,32 @@ async def test_every_occurrence_lands_in_exactly_one_bucket(pg_db: TestDatabase)
         assert row["backfilled_total"] >= 3
         await _cron_rounds(env, 2)
         await _accounts_balance(env)
+
+
+async def test_a_row_failing_again_and_again_shows_as_stuck(pg_db: TestDatabase) -> None:
+    """Nothing retried forever in silence: a trigger whose admit fails every time (an
+    injected CHECK its Runs violate) gives its claim back after each failure, so three
+    rounds fail it three times; ``status`` and ``check`` then name it stuck with the
+    outcome and SQLSTATE, and the metrics scrape counts it. The next admit clears it."""
+    async with open_env(pg_db) as env:
+        await env.publish(one_project(ids=["t0000"], cron=EVERY_SECOND))
+        await _cron_rounds(env, 1)
+        await env.su_exec("ALTER TABLE qlsched.runs ADD CONSTRAINT no_t CHECK (false) NOT VALID")
+        outcomes = await _cron_rounds(env, 3)
+        assert [type(o) for o in outcomes] == [StoreFailed] * 3
+        # Put right (readiness would name the intruder), the row still shows what happened.
+        await env.su_exec("ALTER TABLE qlsched.runs DROP CONSTRAINT no_t")
+        status = run_cli(["status", "--dsn", pg_db.observer_dsn])
+        assert "stuck p/t0000: 3 admits failed in a row, last store_failed:23514" in (
+            status.stdout
+        ), status.stdout
+        check = run_cli(["check", "--dsn", pg_db.runtime_dsn])
+        assert "attention: stuck p/t0000: 3 admits failed in a row" in check.stdout
+        reader = PostgresReader(env.claim_db)
+        counts = await reader.failing_counts()
+        assert counts == FailingCounts(schedules=1, stuck_schedules=1, requests=0)
+        metrics = Metrics()
+        metrics.set_failing(counts)
+        assert b'qlsched_failing{kind="stuck_schedule"} 1.0' in metrics.render()
+        assert [type(o) for o in await _cron_rounds(env, 1)] == [Admitted]
+        assert await reader.failing_counts() == FailingCounts()

@@ -29,3 +29,14 @@ SELECT s.project_id, s.trigger_id, s.failures, s.last_failure, s.last_failure_at
  WHERE s.failures > 0
  ORDER BY s.project_id, s.trigger_id
  LIMIT $1;
+
+-- name: failing_counts
+-- For the metrics scrape: schedule rows whose last admits failed, those failed $1 times or
+-- more in a row (stuck), and pending requests whose last admits failed. Partial index
+-- (failing rows) and the pending requests' index: never a walk of the whole tables.
+SELECT (SELECT pg_catalog.count(*) FROM qlsched.trigger_schedules AS s
+         WHERE s.failures > 0) AS schedules,
+       (SELECT pg_catalog.count(*) FROM qlsched.trigger_schedules AS s
+         WHERE s.failures > 0 AND s.failures >= $1) AS stuck_schedules,
+       (SELECT pg_catalog.count(*) FROM qlsched.control_requests AS r
+         WHERE r.state = 'pending' AND r.failures > 0) AS requests;
