@@ -112,6 +112,12 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert report["drain"]["replica_cpu_us_per_occurrence"] > 0
     publish = report["publish"]
     assert publish["added"] == publish["unchanged"] == publish["triggers"] > 0
+    loaded = report["publish_under_load"]
+    assert loaded["published"] == publish["triggers"]
+    assert loaded["steady"]["duplicates"] == loaded["steady"]["lost"] == 0
+    assert loaded["steady"]["occurrences"] > 0
+    assert 0 < loaded["initialised"] <= loaded["published"]
+    assert "publish_under_load" in report["targets"]
 
     decision = report["decision_cost"]
     assert decision["exact"] is True
@@ -147,6 +153,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "steady",
         "scale",
         "publish",
+        "publish_load",
         "costs",
         "observe",
         "scale_burst",

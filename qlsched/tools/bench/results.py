@@ -78,6 +78,21 @@ class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
     stop_problems: list[str]
 
 
+class PublishUnderLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """The steady load while a large file of new triggers is published and initialised."""
+
+    steady: SteadyResult
+    """The existing triggers' window (their lag is the phase's figure)."""
+    published: int
+    """New triggers in the file (yearly: initialised, never due in the window)."""
+    publish_s: float
+    """The publish transaction alone."""
+    initialised: int
+    """Of the new triggers, those with a cursor when the window ended."""
+    missed: int
+    """Occurrences of the existing triggers skipped or coalesced during the phase."""
+
+
 class ClaimLatency(msgspec.Struct, frozen=True, kw_only=True):
     """One claim statement of k rows (``config.claim_limit``), microseconds, this process's
     clock; ``k1_*`` the same statement claiming one row."""
@@ -275,6 +290,8 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """Readiness on a fresh connection (costs phase)."""
     publish: PublishCost | None = None
     """Publish of a large file, then again unchanged (publish phase)."""
+    publish_under_load: PublishUnderLoad | None = None
+    """The steady load while a large publish initialises (publish_load phase)."""
     observe: ObserveResult | None = None
     """status, /metrics and /v1/schedules over big tables (observe phase)."""
     scale: ScaleResult | None = None

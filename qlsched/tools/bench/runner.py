@@ -2,7 +2,8 @@
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
 ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
-size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
+size and the replicas' RSS), publish (a large file, twice), publish_load (the steady load
+while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
@@ -34,6 +35,7 @@ from qlsched.tools.bench.hundredfold import (
     scale_targets,
 )
 from qlsched.tools.bench.observe import observe, observe_targets
+from qlsched.tools.bench.publish_load import publish_under_load
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
@@ -41,7 +43,7 @@ from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
-from qlsched.tools.bench.targets import targets
+from qlsched.tools.bench.targets import publish_load_targets, targets
 
 T = TypeVar("T")
 
@@ -98,6 +100,7 @@ async def run_bench(
         steady_result = await timed("steady", steady(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
+        under_load = await timed("publish_load", publish_under_load(session))
         cost = await timed("costs", costs(session, keep_history=True))
         observed = await timed(
             "observe",
@@ -149,15 +152,18 @@ async def run_bench(
             costs=cost,
             publishing=published,
         )
+        | publish_load_targets(under_load)
         | observe_targets(observed)
         | ({} if big is None else scale_targets(big)),
         observe=observed,
         scale=big,
         publish=published,
+        publish_under_load=under_load,
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
+        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady)
+        and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )
