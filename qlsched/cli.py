@@ -245,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from-json", metavar="FILE", help="with --plot: chart a saved --json report, no run"
     )
+    p.add_argument(
+        "--sweep",
+        metavar="R,R,...",
+        help="only the burst drain and its ceiling at each replica count, e.g. 1,2,4,8,16",
+    )
 
     add_edge_arguments(subs["edge"])
     return parser

@@ -33,11 +33,13 @@ from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.tools.bench.ceiling import CeilingFailed
+from qlsched.tools.bench.machine import machine
 from qlsched.tools.bench.render import render
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchReport
-from qlsched.tools.bench.runner import Target, run_bench
+from qlsched.tools.bench.runner import Target, run_bench, run_sweep_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
+from qlsched.tools.bench.sweep import SweepReport, draw_sweep, parse_counts, render_sweep
 from qlsched.tools.fleet import ReplicaFailed
 from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.verify import drop_database
@@ -74,8 +76,9 @@ async def _bench(
     options: BenchOptions,
     fleet: Fleet,
     workdir: Path,
-) -> BenchReport:
-    async def work() -> BenchReport:
+    sweep_counts: list[int] | None = None,
+) -> BenchReport | SweepReport:
+    async def work() -> BenchReport | SweepReport:
         initialised = await init_db(superuser_dsn, database=database, want_passwords=want_passwords)
         runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
         observer = next(r.dsn for r in initialised.roles if r.role == "qlsched_observer")
@@ -91,6 +94,10 @@ async def _bench(
             embedded=embedded,
             pgbench=pgbench,
         )
+        if sweep_counts is not None:
+            return await run_sweep_bench(
+                target, options, sweep_counts, fleet=fleet, workdir=workdir
+            )
         return await run_bench(target, options, fleet=fleet, workdir=workdir)
 
     return await run_until_signal(work, signal.SIGTERM)
@@ -127,6 +134,14 @@ def main(args: argparse.Namespace) -> int:
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)
+    sweep_counts: list[int] | None = None
+    if args.sweep is not None:
+        parsed = parse_counts(args.sweep)
+        if isinstance(parsed, str):
+            return fail("bench", parsed, 2)
+        if parsed[-1] > MAX_REPLICAS:
+            return fail("bench", f"--sweep: at most {MAX_REPLICAS} replicas", 2)
+        sweep_counts = parsed
     options = options_for(
         triggers=args.triggers,
         replicas=args.replicas,
@@ -172,6 +187,7 @@ def main(args: argparse.Namespace) -> int:
                     options=options,
                     fleet=fleet,
                     workdir=workdir,
+                    sweep_counts=sweep_counts,
                 )
             )
     except BaseExceptionGroup as group:
@@ -182,6 +198,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if drop is not None:
             _drop_quietly(*drop)
+    if isinstance(report, SweepReport):
+        return _sweep_output(report, args)
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:
@@ -191,6 +209,20 @@ def main(args: argparse.Namespace) -> int:
         from qlsched.tools.bench.plot import write_charts
 
         write_charts(report, Path(args.plot))
+    return 0 if report.exactly_once else 1
+
+
+def _sweep_output(report: SweepReport, args: argparse.Namespace) -> int:
+    """The sweep's table (or ``--json``), and its curve with ``--plot DIR``."""
+    facts = machine()
+    if args.json:
+        doc = {"machine": msgspec.to_builtins(facts), "sweep": msgspec.to_builtins(report)}
+        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+    else:
+        print(render_sweep(report, f"{facts.cpu_count} CPUs, {facts.cpu_model}"))
+    sys.stdout.flush()
+    if args.plot is not None:
+        print(f"qlsched bench: chart {draw_sweep(report, args.plot)}", file=sys.stderr)
     return 0 if report.exactly_once else 1
 
 

@@ -43,6 +43,7 @@ from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
+from qlsched.tools.bench.sweep import SweepReport, sweep
 from qlsched.tools.bench.targets import publish_load_targets, targets
 
 T = TypeVar("T")
@@ -167,3 +168,25 @@ async def run_bench(
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )
+
+
+async def run_sweep_bench(
+    target: Target, options: BenchOptions, counts: list[int], *, fleet: Fleet, workdir: Path
+) -> SweepReport:
+    """``--sweep``: the burst drain and its ceiling at each replica count (``sweep``)."""
+    async with open_database(
+        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
+    ) as db:
+        session = BenchSession(
+            options=options,
+            db=db,
+            runtime_dsn=target.runtime_dsn,
+            observer_dsn=target.observer_dsn,
+            fleet=fleet,
+            workdir=workdir,
+            pgbench=target.pgbench,
+            started=time.monotonic(),
+        )
+        facts = await session.call(bench_data.server_facts)
+        session.note(f"PostgreSQL {facts.version}; sweep {counts} over {options.triggers:,}")
+        return await sweep(session, counts, max_replicas=max(counts))
