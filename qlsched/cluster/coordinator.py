@@ -145,6 +145,9 @@ class Coordinator:
         try:
             claims = await self._store.claim(self._owner, budget, self._lease_ms)
             tally.claimed = len(claims)
+            # A store that reads the next due time with its claim (PostgreSQL's) says it.
+            hint = getattr(self._store, "next_due_in_ms", None)
+            tally.next_due_in_ms = hint if isinstance(hint, int) else None
             tally.stopping = stop is not None and stop.is_set()
             fires: list[FireRequest] = []
             async with trio.open_nursery() as nursery:

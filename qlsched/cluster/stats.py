@@ -40,6 +40,9 @@ class RoundCounts(msgspec.Struct, kw_only=True):
     skipped_occurrences: int = 0
     stopping: bool = False
     """The lifecycle was stopping by the time the claim statement returned."""
+    next_due_in_ms: int | None = None
+    """From the round's claim to the next unclaimed row's due time, by the database's clock,
+    when the store reads it with the claim (None: unknown, or nothing waiting)."""
 
     def count_error(self, code: str) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1

@@ -76,14 +76,23 @@ def observed_schedule(row: Any) -> ObservedSchedule | None:
     return ObservedSchedule(**{name: row[name] for name in _OBSERVED_COLUMNS})
 
 
-async def claim_rows(db: Database, owner: str, limit: int, lease_ms: int) -> list[Claim]:
-    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement)."""
+async def claim_rows(
+    db: Database, owner: str, limit: int, lease_ms: int
+) -> tuple[list[Claim], int | None]:
+    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement); also
+    how long from the claim until the next unclaimed row falls due (database ms; None: no
+    row is waiting to fall due)."""
     sql = query("claim")
 
     async def fn(conn: Connection) -> list[Any]:
         return list(await conn.fetch(sql, owner, limit, lease_ms))
 
-    return [_claim_from_row(r) for r in await db.run(fn)]
+    rows = await db.run(fn)
+    claims = [_claim_from_row(r) for r in rows if r["project_id"] is not None]
+    first = rows[0] if rows else None
+    if first is None or first["next_due_ms"] is None:
+        return claims, None
+    return claims, int(first["next_due_ms"]) - int(first["now_ms"])
 
 
 class LeaseDeadlines:

@@ -46,6 +46,9 @@ class PostgresStore:
         self._claim_db = claim_db
         self._admit_db = admit_db
         self._leases = LeaseDeadlines()
+        self.next_due_in_ms: int | None = None
+        """From the last claim to the next unclaimed row's due time (database ms; None:
+        none waiting): the lifecycle wakes for it when that is sooner than its cadence."""
         self._admission = Admission(admit_db, claim_db, self._leases, retries=retries, sink=sink)
 
     @property
@@ -59,7 +62,7 @@ class PostgresStore:
         return self._admission.ssi_retries
 
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
-        claims = await claim_rows(self._claim_db, owner, limit, lease_ms)
+        claims, self.next_due_in_ms = await claim_rows(self._claim_db, owner, limit, lease_ms)
         self._leases.record(claims, lease_ms)
         return claims
 

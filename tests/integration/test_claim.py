@@ -474,7 +474,8 @@ async def test_claim_draws_randomness_once_and_only_when_it_claims(env: Env) -> 
 
     assert await env.runtime(draws) == (3, 1)
     await env.make_due(age_ms=-3_600_000)  # an hour ahead: nothing due
-    assert await env.runtime(draws) == (0, 0)
+    # Nothing claimed: the one row of NULLs that carries the clock and the next due time.
+    assert await env.runtime(draws) == (1, 0)
 
 
 async def test_claimed_rows_come_back_in_index_order(env: Env) -> None:
@@ -502,3 +503,23 @@ async def test_claimed_rows_come_back_in_index_order(env: Env) -> None:
     assert keys(claims) == expected
     assert claims[0].cursor_ms is None
     assert expired & {c.trigger_id for c in claims}, "an expired claim sorts into the first k"
+
+
+async def test_a_claim_says_how_long_until_the_next_row_falls_due(env: Env) -> None:
+    """Rule: with every claim the store reads, by the database's clock, how long until the
+    next unclaimed row falls due (what the lifecycle wakes for): the nearest future due
+    time among rows nobody holds, also when the claim took nothing, and None when no row is
+    waiting to fall due."""
+    await env.publish(one_project(3))
+    now = await env.now_ms()
+    for i, ahead in enumerate((-1_000, 4_000, 9_000)):
+        await env.set_cursor("p", f"t000{i}", now + ahead)
+    [due] = await env.store.claim("r1", 16, LEASE_MS)
+    assert due.trigger_id == "t0000"
+    assert env.store.next_due_in_ms is not None
+    assert 3_000 < env.store.next_due_in_ms <= 4_000
+    assert await env.store.claim("r1", 16, LEASE_MS) == []
+    assert 3_000 < env.store.next_due_in_ms <= 4_000
+    await env.su_exec("UPDATE qlsched.trigger_schedules SET active = false")
+    assert await env.store.claim("r1", 16, LEASE_MS) == []
+    assert env.store.next_due_in_ms is None

@@ -105,8 +105,8 @@ async def test_ids_are_minted_only_for_fire(
     minted: list[uuid.UUID] = []
     real_new_id = keys_module.new_id
 
-    def counting_new_id() -> uuid.UUID:
-        minted.append(real_new_id())
+    def counting_new_id(owner: str | None = None) -> uuid.UUID:
+        minted.append(real_new_id(owner))
         return minted[-1]
 
     monkeypatch.setattr(keys_module, "new_id", counting_new_id)

@@ -11,7 +11,8 @@
 -- row's place in the batch in its last four bytes: new for every claim of a row, distinct
 -- within the batch, and one draw of strong randomness per statement instead of one per row.
 -- `locator` is the claimed row version's tuple id: the admit reaches the row by it without
--- an index probe (a hint it re-checks).
+-- an index probe (a hint it re-checks). Each row also carries the database's now and the
+-- next due time after it (`next_due_ms`, NULL: none), so a replica can wake for it.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -93,13 +94,27 @@ claimed AS (
                 ELSE t.misfire_policy END AS misfire_policy,
            t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
            t.execution_revision_id, t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
+),
+-- The next unclaimed row to fall due after now (one probe of the claim index): the
+-- replica sleeps until then when that is sooner than its cadence.
+upcoming AS MATERIALIZED (
+    SELECT COALESCE(s.due_at_ms, -1) AS k
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
+       AND COALESCE(s.due_at_ms, -1) > (SELECT ms FROM now)
+     ORDER BY COALESCE(s.due_at_ms, -1)
+     LIMIT 1
 )
+-- Always at least one row: with nothing claimed, one row of NULLs but for the clock and
+-- the next due time.
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
        c.updated_at_ms, c.ctid::text AS locator, c.cron, c.timezone, c.misfire_policy,
        c.misfire_grace_ms, c.content_digest, c.task_id, c.task_revision,
-       c.execution_revision_id, c.dst_gap, c.dst_fold, c.jitter_ms
-  FROM claimed AS c
+       c.execution_revision_id, c.dst_gap, c.dst_fold, c.jitter_ms,
+       now.ms AS now_ms, (SELECT u.k FROM upcoming AS u) AS next_due_ms
+  FROM now
+  LEFT JOIN claimed AS c ON true
  ORDER BY COALESCE(c.due_at_ms, -1), c.project_id, c.trigger_id;
 
 -- name: settle
