@@ -118,6 +118,11 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert loaded["steady"]["occurrences"] > 0
     assert 0 < loaded["initialised"] <= loaded["published"]
     assert "publish_under_load" in report["targets"]
+    punctual = report["on_time"]
+    assert punctual["duplicates"] == punctual["lost"] == 0
+    assert punctual["occurrences"] == punctual["expected_occurrences"] > 0
+    assert punctual["cadence_ms"] == 1000
+    assert "on_time" in report["targets"]
 
     decision = report["decision_cost"]
     assert decision["exact"] is True
@@ -151,6 +156,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "ceiling",
         "same_tick",
         "steady",
+        "on_time",
         "scale",
         "publish",
         "publish_load",

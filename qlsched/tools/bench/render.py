@@ -8,6 +8,7 @@ from qlsched.tools.bench.targets import (
     COST_KEYS,
     cost_targets,
     maybe,
+    on_time_targets,
     publish_load_targets,
     publish_targets,
     rate,
@@ -149,7 +150,7 @@ def render(report: BenchReport) -> str:
     return "\n".join(out)
 
 
-PUBLISH_KEYS = frozenset({"publish", "publish_unchanged", "publish_under_load"})
+PUBLISH_KEYS = frozenset({"publish", "publish_unchanged", "publish_under_load", "on_time"})
 
 
 def _publish_lines(report: BenchReport) -> list[str]:
@@ -159,6 +160,15 @@ def _publish_lines(report: BenchReport) -> list[str]:
     out = ["", f"publish: one file, {p.triggers:,} triggers over {p.tasks} tasks"]
     for t in publish_targets(p).values():
         out.append(_judged(t))
+    if report.on_time is not None:
+        punctual = report.on_time
+        out.append(
+            f"on time: {punctual.occurrences:,} of {punctual.expected_occurrences:,}"
+            f" occurrences, lag from due {_lag(punctual.lag_ms)}, max"
+            f" {maybe(punctual.lag_ms.max, '{} ms')}"
+        )
+        for judged in on_time_targets(punctual).values():
+            out.append(_judged(judged))
     if report.publish_under_load is not None:
         for t in publish_load_targets(report.publish_under_load).values():
             out.append(_judged(t))

@@ -1,7 +1,8 @@
 """One bench run, start to end: the phases in order, then the report.
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
-ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
+ratio compares like with like), the same-tick drain, steady, on_time (every-second
+triggers at the default settings), scale (claim latency at each
 size and the replicas' RSS), publish (a large file, twice), publish_load (the steady load
 while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
@@ -35,6 +36,7 @@ from qlsched.tools.bench.hundredfold import (
     scale_targets,
 )
 from qlsched.tools.bench.observe import observe, observe_targets
+from qlsched.tools.bench.on_time import on_time
 from qlsched.tools.bench.publish_load import publish_under_load
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
@@ -44,7 +46,7 @@ from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
 from qlsched.tools.bench.sweep import SweepReport, sweep
-from qlsched.tools.bench.targets import publish_load_targets, targets
+from qlsched.tools.bench.targets import on_time_targets, publish_load_targets, targets
 
 T = TypeVar("T")
 
@@ -99,6 +101,7 @@ async def run_bench(
         pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
         tick = await timed("same_tick", same_tick(session))
         steady_result = await timed("steady", steady(session))
+        punctual = await timed("on_time", on_time(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
         under_load = await timed("publish_load", publish_under_load(session))
@@ -154,16 +157,18 @@ async def run_bench(
             publishing=published,
         )
         | publish_load_targets(under_load)
+        | on_time_targets(punctual)
         | observe_targets(observed)
         | ({} if big is None else scale_targets(big)),
         observe=observed,
         scale=big,
         publish=published,
         publish_under_load=under_load,
+        on_time=punctual,
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady)
+        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady, punctual)
         and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,

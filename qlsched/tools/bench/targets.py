@@ -10,6 +10,7 @@ from qlsched.tools.bench.results import (
     ClaimLatency,
     CostResult,
     DrainResult,
+    OnTimeResult,
     PublishCost,
     PublishUnderLoad,
     RssResult,
@@ -236,6 +237,21 @@ def publish_targets(p: PublishCost) -> dict[str, Target]:
             measured=f"{p.triggers:,} triggers in {p.unchanged_s:.2f} s ({again:,.0f}/s)",
             met=(again >= UNCHANGED_RATE and p.unchanged == p.triggers) if judged else None,
         ),
+    }
+
+
+def on_time_targets(r: OnTimeResult) -> dict[str, Target]:
+    """Every-second triggers at the default settings: due rows wait milliseconds."""
+    lag = r.lag_ms
+    return {
+        "on_time": Target(
+            goal=(
+                f"default settings, {r.replicas} replicas, {r.triggers:,} every-second"
+                " triggers: lag from due p50 <= 20 ms and p99 <= 100 ms"
+            ),
+            measured=f"p50 {maybe(lag.p50, '{} ms')}, p99 {maybe(lag.p99, '{} ms')}",
+            met=None if lag.p50 is None or lag.p99 is None else lag.p50 <= 20 and lag.p99 <= 100,
+        )
     }
 
 
