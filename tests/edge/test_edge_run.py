@@ -19,8 +19,10 @@ from tests.edge.support import (
     publish_file,
     qlsched,
     read,
+    runs_of,
     start_run,
     wait_ready,
+    wait_until,
 )
 
 pytestmark = pytest.mark.slow
@@ -62,7 +64,7 @@ def test_one_run_per_file_and_publish_beside_it(tmp_path: Path) -> None:
             "edge", "publish", str(publish_file(tmp_path / "b.toml", 4)), "--db", str(db)
         )
         assert more.returncode == 0, more.stderr
-        time.sleep(2.5)
+        wait_until(runs_of(db, ("t000002", "t000003")), what="Runs of the new triggers")
         status = qlsched("edge", "status", "--db", str(db), "--json")
         assert status.returncode == 0, status.stderr
         report = json.loads(status.stdout)

@@ -50,8 +50,6 @@ from tests.integration.cluster_support import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 T = TypeVar("T")
 
 OWNER: Final = "cut"

@@ -15,8 +15,6 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from tests.integration.adapter_support import Env, open_env, trigger, trigger_ids
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 YEAR_MS = 365 * 86_400_000
 TRIGGERS = 16
 

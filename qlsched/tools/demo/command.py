@@ -43,9 +43,9 @@ from qlsched.embedded import open_embedded
 from qlsched.postgres.dsn import redact
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.initdb import init_db
-from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
+from qlsched.postgres.timeouts import RoleTimeouts
 from qlsched.tools.demo.kill import kill_one, stop_survivors
 from qlsched.tools.demo.monitor import Screen, Window, follow, monitor, read
 from qlsched.tools.demo.plan import (
