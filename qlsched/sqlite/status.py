@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import msgspec
 
 from qlsched.core.store import ScheduleView
-from qlsched.sqlite.lock import lock_path
+from qlsched.sqlite.lock import holder_pid
 from qlsched.sqlite.queries import query
 
 
@@ -33,23 +32,9 @@ class EdgeStatus(msgspec.Struct, frozen=True):
 
 
 def scheduler_pid(db_path: str) -> int | None:
-    """The pid the run lock's sidecar names, if that process is alive (a SIGKILLed holder
-    leaves its pid behind but not its lock; a dead pid is not reported)."""
-    try:
-        with open(lock_path(db_path), encoding="ascii", errors="replace") as fh:
-            text = fh.read().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
+    """The pid of the ``edge run`` holding the file's run lock, whatever name it opened the
+    file by (a dead holder holds no lock, so it is never reported)."""
+    return holder_pid(db_path)
 
 
 def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[ScheduleView]:

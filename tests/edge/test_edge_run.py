@@ -5,6 +5,7 @@ SIGTERM stops it cleanly, and it loads nothing of the PostgreSQL or cluster path
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,6 +77,54 @@ def test_one_run_per_file_and_publish_beside_it(tmp_path: Path) -> None:
     assert code == 0
     assert read(db, AUDIT_BAD_RUNS) == []
     assert {r[0] for r in read(db, "SELECT trigger_id FROM runs")} >= {"t000002", "t000003"}
+
+
+@pytest.mark.parametrize("alias", ["symlink", "hardlink", "relative"])
+def test_one_run_per_file_whatever_its_name(tmp_path: Path, alias: str) -> None:
+    """The run lock names the file, not the path typed (issue #26 item 5): a second
+    ``edge run`` through a symlink, a second hard link or a relative path to a file an
+    ``edge run`` holds is refused (exit 1, naming the holder's pid), and ``edge status``
+    through that other name reports the same holder."""
+    db = tmp_path / "edge.sqlite3"
+    assert (
+        qlsched(
+            "edge", "publish", str(publish_file(tmp_path / "a.toml", 1)), "--db", str(db)
+        ).returncode
+        == 0
+    )
+    other = tmp_path / "elsewhere" / "other.sqlite3"
+    other.parent.mkdir()
+    if alias == "symlink":
+        other.symlink_to(db)
+    elif alias == "hardlink":
+        os.link(db, other)
+    else:
+        other = Path(os.path.relpath(db))
+    holder = start_run(db, "--cadence-ms", "100")
+    try:
+        wait_ready(holder)
+        second = start_run(other, "--cadence-ms", "100")
+        try:
+            _, err = second.communicate(timeout=30)
+        finally:
+            if second.poll() is None:  # a second scheduler started: the failure shown
+                second.kill()
+                second.communicate()
+        assert second.returncode == 1, err
+        assert f"(pid {holder.pid})" in err
+        assert "one scheduler per file" in err
+        assert "Traceback" not in err
+        status = qlsched("edge", "status", "--db", str(other), "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["scheduler_pid"] == holder.pid
+    finally:
+        assert stop(holder) == 0
+    # Released with its holder: the other name now starts a scheduler.
+    again = start_run(other)
+    try:
+        wait_ready(again)
+    finally:
+        assert stop(again) == 0
 
 
 def test_sigkill_leaves_no_lock(tmp_path: Path) -> None:
