@@ -38,6 +38,7 @@ from qlsched.core.decide import decide
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
 from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
+from qlsched.core.lease import round_outlived_lease
 from qlsched.core.outcomes import (
     Admitted,
     CommitUnknown,
@@ -71,10 +72,6 @@ SPEC_INVALID: Final = "spec_invalid"
 ADMIT_FAILED: Final = "admit_error"
 ADMIT_MISMATCH: Final = "admit_mismatch"
 LEASE_OVERRUN: Final = "lease_overrun"
-
-ADMIT_MARGIN_S: Final = 1.0
-"""A round whose claims are older than the lease less this (by Trio's clock, from before the
-claim statement) does not send its admit: every fence would fail on expiry."""
 
 
 class Coordinator:
@@ -214,7 +211,7 @@ class Coordinator:
         """Admit the round's Fires, unless the round has outlived its lease: then let the
         claims go (they expire; the next claimer decides the same occurrences) and claim
         less next time, instead of sending an admit whose every fence fails."""
-        if trio.current_time() - started > self._lease_ms / 1000 - ADMIT_MARGIN_S:
+        if round_outlived_lease(trio.current_time() - started, self._lease_ms):
             tally.count_error(LEASE_OVERRUN)
             self.sink.emit(Diagnostic(code=LEASE_OVERRUN, replica=self._owner, count=len(fires)))
             self._round_budget = max(1, self._round_budget // 2)

@@ -36,7 +36,7 @@ from qlsched.core.cron import (
     next_after,
     parse_cron,
 )
-from qlsched.core.jitter import JITTER_MS_MAX, Jitter, period_text, shortest_period_ms
+from qlsched.core.jitter import Jitter, jitter_problem
 from qlsched.core.specs import ID_PATTERN
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -66,8 +66,8 @@ def _jitter(args: argparse.Namespace, schedule: CronSchedule) -> Jitter | None:
     publish validates it; None without jitter."""
     if not args.jitter_ms:
         return None
-    if not 0 < args.jitter_ms <= JITTER_MS_MAX:
-        raise _BadInput(f"--jitter-ms: must be 0..{JITTER_MS_MAX}, got {args.jitter_ms}")
+    if (problem := jitter_problem(args.jitter_ms, schedule)) is not None:
+        raise _BadInput(f"--jitter-ms: {problem}")
     if args.trigger is None:
         raise _BadInput("--jitter-ms needs --trigger P/T: the due times hash the trigger")
     project, _, trigger = args.trigger.partition("/")
@@ -75,12 +75,6 @@ def _jitter(args: argparse.Namespace, schedule: CronSchedule) -> Jitter | None:
         raise _BadInput(f"--trigger: {args.trigger!r} is not PROJECT/TRIGGER")
     if args.revision < 1:
         raise _BadInput(f"--revision: must be at least 1, got {args.revision}")
-    period = shortest_period_ms(schedule)
-    if args.jitter_ms >= period:
-        raise _BadInput(
-            f"--jitter-ms: {args.jitter_ms} is not below the shortest period between"
-            f" occurrences, {period_text(period)}"
-        )
     return Jitter(project, trigger, args.revision, args.jitter_ms)
 
 

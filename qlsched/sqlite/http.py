@@ -11,6 +11,7 @@ from typing import Final
 
 import trio
 
+from qlsched.core.address import parse_host_port
 from qlsched.core.config import ConfigError
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.scheduler import EdgeScheduler
@@ -22,10 +23,10 @@ _REASONS: Final = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: 
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``ConfigError`` (exit 2) otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    address = parse_host_port(text)
+    if address is None:
         raise ConfigError(f"--http={text}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
+    return address
 
 
 async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) -> None:
