@@ -84,6 +84,44 @@ def _instant(ms: int, zone: ZoneInfo) -> str:
     return moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("expression", metavar="EXPR", help="cron expression (5 or 6 fields, or @daily)")
+    p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
+    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+    p.add_argument(
+        "--dst-gap",
+        default="shift",
+        metavar="shift|skip",
+        help="a fixed-hour time in a spring-forward gap: at the gap's end, or not that day",
+    )
+    p.add_argument(
+        "--dst-fold",
+        default="first",
+        metavar="first|last|both",
+        help="a fixed-hour time in a repeated hour: its first instant, its last, or both",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the trigger's jitter_ms: also print each occurrence's due time (needs --trigger)",
+    )
+    p.add_argument(
+        "--trigger",
+        metavar="P/T",
+        help="the trigger (project/id) whose due times to show; the hash names it",
+    )
+    p.add_argument(
+        "--revision",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the trigger's revision (default 1; `status` shows it), part of the hash",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Print ``args.n`` fire times strictly after ``args.start``; 0, or 2 on bad input."""
     try:

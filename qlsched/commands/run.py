@@ -30,13 +30,18 @@ import trio
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
-from qlsched.commands._signals import watch_signals
 from qlsched.commands._summary import Summary
-from qlsched.core.config import Config, ConfigError
+from qlsched.commands.options import (
+    DATABASE_OPTIONS,
+    add_config_options,
+    add_database_options,
+)
+from qlsched.core.config import FLAGS, Config, ConfigError
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.settings import given_flags, load_config
+from qlsched.signals import watch_signals
 from qlsched.sinks import StreamSink, route_library_logs
 
 STOPPED_AT_DEADLINE: Final = 3
@@ -212,6 +217,16 @@ def _summary_interval(args: argparse.Namespace) -> float:
     if not 0 <= given <= 86_400:
         raise ConfigError(f"summary={given:g} is out of bounds 0..86400 (from {source})")
     return given
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(p, role="runtime")
+    add_config_options(p, *(name for name in FLAGS if name not in DATABASE_OPTIONS))
+    p.add_argument(
+        "--summary",
+        metavar="SECONDS",
+        help="print a one-line summary this often (default 10 on a terminal, 0 = off)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:

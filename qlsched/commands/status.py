@@ -22,6 +22,7 @@ from rich.table import Table
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_database_options
 from qlsched.core.control import ScheduleAction
 from qlsched.core.cron import dst_policy_label
 from qlsched.core.store import ScheduleRow
@@ -185,6 +186,11 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             f"{r.state} by {r.admitted_by_owner} (lag {lag})",
             markup=False,
         )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(p, role="observer")
+    p.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ import sqlite3
 import msgspec
 
 from qlsched.core.store import ScheduleView
-from qlsched.sqlite.lock import holder_pid
 from qlsched.sqlite.queries import query
 
 
@@ -29,12 +28,6 @@ class EdgeStatus(msgspec.Struct, frozen=True):
     runs_total: int
     schedules: list[ScheduleView]
     recent_runs: list[RecentRun]
-
-
-def scheduler_pid(db_path: str) -> int | None:
-    """The pid of the ``edge run`` holding the file's run lock, whatever name it opened the
-    file by (a dead holder holds no lock, so it is never reported)."""
-    return holder_pid(db_path)
 
 
 def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[ScheduleView]:
@@ -65,9 +58,17 @@ def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[Sc
 
 
 def read_status(
-    conn: sqlite3.Connection, path: str, now_ms: int, *, limit: int = 1000, recent: int = 10
+    conn: sqlite3.Connection,
+    path: str,
+    now_ms: int,
+    *,
+    scheduler_pid: int | None = None,
+    limit: int = 1000,
+    recent: int = 10,
 ) -> EdgeStatus:
-    """Blocking: one read transaction, so the figures are one snapshot of the file."""
+    """Blocking: one read transaction, so the figures are one snapshot of the file. The
+    runner's pid is the caller's to find (the run lock is the Edge runtime's, not the
+    store's: ``qlsched.edge.lock.holder_pid``)."""
     conn.execute(query("begin_read"))
     try:
         schedules = schedule_views(conn, now_ms, limit)
@@ -79,7 +80,7 @@ def read_status(
     return EdgeStatus(
         path=path,
         now_ms=now_ms,
-        scheduler_pid=scheduler_pid(path),
+        scheduler_pid=scheduler_pid,
         due_backlog=backlog,
         runs_total=total,
         schedules=schedules,

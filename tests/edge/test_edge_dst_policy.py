@@ -15,12 +15,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from qlsched.commands.edge_status import render
+from qlsched.commands.edge.status import render
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import PublishResult, publish
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import OLD_EXECUTION, clocked_edge, file_before, read

@@ -20,10 +20,10 @@ import pytest
 import trio
 
 from qlsched.cli import main
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite import database
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.errors import EdgeDatabaseError
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import (
     ACCOUNTING,

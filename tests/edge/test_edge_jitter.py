@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from qlsched.commands.edge_status import render
+from qlsched.commands.edge.status import render
 from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import PublishResult, publish
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import EdgeStatus, read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import OLD_EXECUTION, clocked_edge, file_before, publish_file, qlsched, read

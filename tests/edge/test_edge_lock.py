@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from qlsched.edge.lock import hold_run_lock, holder_pid
 from qlsched.sqlite.errors import EdgeLocked
-from qlsched.sqlite.lock import hold_run_lock, holder_pid
 
 
 def names(tmp_path: Path) -> tuple[Path, list[Path]]:

@@ -18,10 +18,10 @@ from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.edge.http import open_http_listeners, serve_http
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.database import EdgeDatabase
-from qlsched.sqlite.http import open_http_listeners, serve_http
 from qlsched.sqlite.publish import publish
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import AUDIT_BAD_RUNS, clocked_edge, read
 from tests.support.memory_sink import MemorySink

@@ -13,14 +13,11 @@ write (the compare-and-set); this process's clock is the profile's only clock.
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Final
 
 import msgspec
 import trio
 
-from qlsched.core.config import BOUNDS, CLAIM_BUDGET_HARD_CAP, ConfigError
 from qlsched.core.decide import decide
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.fence import FireRequest
@@ -37,6 +34,8 @@ from qlsched.core.outcomes import (
     outcome_code,
 )
 from qlsched.core.spec_cache import InvalidSpec, SpecCache
+from qlsched.edge.metrics import EdgeMetrics
+from qlsched.edge.settings import EdgeSettings
 from qlsched.sqlite.errors import EdgeDatabaseError
 from qlsched.sqlite.store import Settle, SqliteStore
 
@@ -44,26 +43,6 @@ NOMINAL_LEASE_MS: Final = 30_000
 """Recorded in a claim's nominal fence only; nothing expires on the Edge."""
 SPEC_CACHE_SIZE: Final = 1024
 TICK_SLACK_MS: Final = 2
-LAG_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class EdgeSettings(msgspec.Struct, frozen=True):
-    cadence_ms: int = 1_000
-    claim_budget: int = 256
-    """Rows per round. Larger than the cluster's 16: one writer has no lease to contend
-    for, and each round costs one fsync, so bigger rounds drain a burst with fewer."""
-    owner: str = ""
-
-    def validated(self) -> EdgeSettings:
-        """The settings with an owner, or ``ConfigError`` (exit 2) naming the bad option."""
-        for name in ("cadence_ms", "claim_budget"):
-            low, high = BOUNDS[name]
-            value = getattr(self, name)
-            if not low <= value <= high:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"{flag}={value} is out of bounds {low}..{high}")
-        owner = self.owner or f"edge-{socket.gethostname()}-{os.getpid()}"
-        return msgspec.structs.replace(self, owner=owner)
 
 
 class RoundStats(msgspec.Struct, frozen=True):
@@ -72,96 +51,12 @@ class RoundStats(msgspec.Struct, frozen=True):
     admitted: int = 0
 
 
-class LagHistogram:
-    """One lag histogram in the text format (cumulative buckets, as Prometheus reads them)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.buckets = [0] * len(LAG_BUCKETS_S)
-        self.count = 0
-        self.sum_s = 0.0
-
-    def observe(self, lag_ms: int) -> None:
-        lag_s = max(0, lag_ms) / 1000
-        for i, bound in enumerate(LAG_BUCKETS_S):
-            if lag_s <= bound:
-                self.buckets[i] += 1
-        self.count += 1
-        self.sum_s += lag_s
-
-    def render(self) -> list[str]:
-        n = self.name
-        return [
-            f"# TYPE {n} histogram",
-            *(
-                f'{n}_bucket{{le="{bound}"}} {k}'
-                for bound, k in zip(LAG_BUCKETS_S, self.buckets, strict=True)
-            ),
-            f'{n}_bucket{{le="+Inf"}} {self.count}',
-            f"{n}_sum {self.sum_s:.3f}",
-            f"{n}_count {self.count}",
-        ]
-
-
-class EdgeMetrics:
-    """Counters of one scheduler, rendered in the Prometheus text format (no client library:
-    the Edge process stays small)."""
-
-    def __init__(self) -> None:
-        self.rounds = 0
-        self.round_failures = 0
-        self.claimed = 0
-        self.outcomes: dict[str, int] = {}
-        self.skipped_occurrences = 0
-        self.coalesced_occurrences = 0
-        self.invalid_specs = 0
-        self.lag = LagHistogram("qlsched_edge_schedule_lag_seconds")
-        """Admission minus the occurrence's due time (scheduled time plus its jitter)."""
-        self.lag_from_scheduled = LagHistogram("qlsched_edge_schedule_lag_from_scheduled_seconds")
-        """Admission minus the occurrence's scheduled time (the same without jitter)."""
-        self.round_seconds_sum = 0.0
-
-    def observe_lag(self, from_due_ms: int, from_scheduled_ms: int) -> None:
-        """One admitted Run's lag from its due time and from its scheduled time."""
-        self.lag.observe(from_due_ms)
-        self.lag_from_scheduled.observe(from_scheduled_ms)
-
-    def render(self, backlog: int | None) -> str:
-        lines = [
-            "# TYPE qlsched_edge_rounds_total counter",
-            f"qlsched_edge_rounds_total {self.rounds}",
-            "# TYPE qlsched_edge_round_failures_total counter",
-            f"qlsched_edge_round_failures_total {self.round_failures}",
-            "# TYPE qlsched_edge_round_seconds_total counter",
-            f"qlsched_edge_round_seconds_total {self.round_seconds_sum:.6f}",
-            "# TYPE qlsched_edge_claims_total counter",
-            f"qlsched_edge_claims_total {self.claimed}",
-            "# TYPE qlsched_edge_outcomes_total counter",
-        ]
-        lines += [
-            f'qlsched_edge_outcomes_total{{outcome="{code}"}} {n}'
-            for code, n in sorted(self.outcomes.items())
-        ]
-        lines += [
-            "# TYPE qlsched_edge_skipped_total counter",
-            f"qlsched_edge_skipped_total {self.skipped_occurrences}",
-            "# TYPE qlsched_edge_coalesced_total counter",
-            f"qlsched_edge_coalesced_total {self.coalesced_occurrences}",
-            "# TYPE qlsched_edge_invalid_specs_total counter",
-            f"qlsched_edge_invalid_specs_total {self.invalid_specs}",
-        ]
-        lines += self.lag.render() + self.lag_from_scheduled.render()
-        if backlog is not None:
-            lines += ["# TYPE qlsched_edge_backlog gauge", f"qlsched_edge_backlog {backlog}"]
-        return "\n".join(lines) + "\n"
-
-
 class EdgeScheduler:
     """Rounds against one ``SqliteStore``. Ownership: borrows the store; holds no task."""
 
     def __init__(self, store: SqliteStore, settings: EdgeSettings, sink: DiagnosticSink) -> None:
         self.store = store
-        self.settings = settings.validated()
+        self.settings = settings
         self.sink = sink
         self.metrics = EdgeMetrics()
         self.ready = False
@@ -254,7 +149,7 @@ class EdgeScheduler:
                 file); transient ones (a lock held past the busy timeout) are reported and
                 the next round tries again.
         """
-        budget = min(self.settings.claim_budget, CLAIM_BUDGET_HARD_CAP)
+        budget = self.settings.claim_budget
         self.ready = True
         task_status.started()
         try:

@@ -13,8 +13,8 @@ import trio
 
 from qlsched.core.address import parse_host_port
 from qlsched.core.config import ConfigError
+from qlsched.edge.scheduler import EdgeScheduler
 from qlsched.sqlite.errors import EdgeError
-from qlsched.sqlite.scheduler import EdgeScheduler
 
 MAX_HEAD: Final = 8192
 HEAD_TIMEOUT_S: Final = 5.0

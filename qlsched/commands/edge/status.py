@@ -10,6 +10,7 @@ import msgspec
 import trio
 
 from qlsched.core.cron import dst_policy_label
+from qlsched.edge.lock import holder_pid
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
@@ -50,6 +51,11 @@ def render(report: EdgeStatus) -> str:
     return "\n".join(lines)
 
 
+def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+
 def run(args: argparse.Namespace, db: str) -> int:
     async def body() -> EdgeStatus:
         database = await trio.to_thread.run_sync(
@@ -57,7 +63,10 @@ def run(args: argparse.Namespace, db: str) -> int:
         )
         try:
             now = database.clock()
-            return await database.call(lambda conn: read_status(conn, database.path, now))
+            pid = holder_pid(database.path)
+            return await database.call(
+                lambda conn: read_status(conn, database.path, now, scheduler_pid=pid)
+            )
         finally:
             database.close()
 
