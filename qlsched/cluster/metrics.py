@@ -31,10 +31,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.control import ACTION_KINDS, ActionTotal
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 from qlsched.core.store import DUE_BACKLOG_LIMIT
+from qlsched.engine.stats import RoundStats
 
 # The `_created` series (a timestamp per counter and histogram) double the exposition and say
 # nothing a restart counter does not; the switch is process-wide in prometheus_client.

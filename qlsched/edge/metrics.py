@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from qlsched.core.outcomes import OUTCOME_CODES
+from qlsched.engine.round import SPEC_INVALID
+from qlsched.engine.stats import RoundStats
+
 LAG_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -55,8 +59,27 @@ class EdgeMetrics:
         self.lag_from_scheduled = LagHistogram("qlsched_edge_schedule_lag_from_scheduled_seconds")
         """Admission minus the occurrence's scheduled time (the same without jitter)."""
         self.round_seconds_sum = 0.0
+        self.refused: dict[tuple[str, str], int] = {}
 
-    def observe_lag(self, from_due_ms: int, from_scheduled_ms: int) -> None:
+    def observe_round(self, stats: RoundStats) -> None:
+        """Add one round's counts (the engine calls it once per round, failed ones too)."""
+        self.rounds += 1
+        self.claimed += stats.claimed
+        self.round_seconds_sum += stats.duration_ms / 1000
+        self.skipped_occurrences += stats.skipped_occurrences
+        self.coalesced_occurrences += stats.coalesced
+        self.invalid_specs += stats.errors.get(SPEC_INVALID, 0)
+        for code in OUTCOME_CODES:
+            n = stats.races_lost if code == "fence_lost" else getattr(stats, code)
+            if n:
+                self.outcomes[code] = self.outcomes.get(code, 0) + n
+
+    def count_refused(self, outcome: str, part: str) -> None:
+        """An admit refused until a re-publish (reported as a diagnostic by the engine)."""
+        key = (outcome, part)
+        self.refused[key] = self.refused.get(key, 0) + 1
+
+    def observe_lag_ms(self, from_due_ms: int, from_scheduled_ms: int) -> None:
         """One admitted Run's lag from its due time and from its scheduled time."""
         self.lag.observe(from_due_ms)
         self.lag_from_scheduled.observe(from_scheduled_ms)

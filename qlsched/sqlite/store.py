@@ -44,14 +44,11 @@ from qlsched.core.outcomes import (
     StoreFailed,
 )
 from qlsched.core.specs import EXECUTOR
-from qlsched.core.store import ScheduleView
+from qlsched.core.store import ScheduleView, Settle
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
 from qlsched.sqlite.queries import query
 from qlsched.sqlite.status import schedule_views
-
-Settle = tuple[Claim, Initialize | Skip]
-"""A decision that moves the cursor without a Run."""
 
 
 def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:

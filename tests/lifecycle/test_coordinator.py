@@ -10,14 +10,14 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
 
-import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 import qlsched.core.spec_cache as spec_cache_module
+import qlsched.engine.round as coordinator_module
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import ConfigError
 from qlsched.core.cron import CronSchedule
+from qlsched.engine.stats import RoundStats
 from tests.lifecycle.conftest import (
     BASE_MS,
     MINUTE_MS,

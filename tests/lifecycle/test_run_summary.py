@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.stats import RoundStats
 from qlsched.commands._summary import Summary
+from qlsched.engine.stats import RoundStats
 
 
 def test_each_line_counts_since_the_previous_one() -> None:
