@@ -4,51 +4,34 @@ read without the run lock (works while ``edge run`` holds the file)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import sys
+from typing import IO
 
 import msgspec
 import trio
 
-from qlsched.core.cron import dst_policy_label
+from qlsched.commands.tables import console_for, iso, recent_run_line, schedules_table
 from qlsched.edge.lock import holder_pid
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
 
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def render(report: EdgeStatus) -> str:
+def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
+    """Print the report with ``status``'s table: styled on a terminal, plain otherwise."""
+    console, terminal = console_for(file if file is not None else sys.stdout)
     runner = f"pid {report.scheduler_pid}" if report.scheduler_pid else "not running"
-    lines = [
-        f"{report.path}   time {_iso(report.now_ms)}   scheduler {runner}",
-        f"due backlog {report.due_backlog}   runs {report.runs_total}",
-        f"{'TRIGGER':32} {'CRON':18} {'NEXT FIRE (UTC)':25} {'LAG':>8} {'SKIP':>5} {'COAL':>5}",
-    ]
-    for s in report.schedules:
-        lag = "-"
-        due = s.next_fire_at_ms if s.due_at_ms is None else s.due_at_ms
-        if due is not None and due <= s.now_ms and s.active:
-            lag = f"{(s.now_ms - due) / 1000:.1f}s"
-        name = f"{s.project_id}/{s.trigger_id}" + ("" if s.active else " (off)")
-        notes = [dst_policy_label(s.dst_gap, s.dst_fold)]
-        if s.jitter_ms:
-            notes.append(f"jitter_ms={s.jitter_ms} due {_iso(s.due_at_ms)}")
-        lines.append(
-            f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
-            f"{s.skipped_total:>5} {s.coalesced_total:>5}" + "".join(f"  {n}" for n in notes if n)
-        )
-    lines += ["", "recent runs:"]
+    console.print(
+        f"{report.path}   time {iso(report.now_ms)}   scheduler {runner}",
+        markup=False,
+    )
+    console.print(f"due backlog {report.due_backlog}   runs {report.runs_total}", markup=False)
+    if report.schedules:
+        console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
+    else:
+        console.print("no triggers published (qlsched edge publish FILE.toml)", markup=False)
+    console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
-        lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
-        lines.append(
-            f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})"
-        )
-    return "\n".join(lines)
+        console.print(recent_run_line(r), markup=False)
 
 
 def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
@@ -71,5 +54,8 @@ def run(args: argparse.Namespace, db: str) -> int:
             database.close()
 
     report = trio.run(body)
-    print(msgspec.json.encode(report).decode() if args.json else render(report))
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        render(report)
     return 0
