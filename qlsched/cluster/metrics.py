@@ -17,7 +17,7 @@ free text, so a scrape can carry no payload or driver message.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, Protocol, get_args
 
 from prometheus_client import (
@@ -35,6 +35,7 @@ from qlsched.core.control import ACTION_KINDS, ActionTotal
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 from qlsched.core.store import DUE_BACKLOG_LIMIT
 from qlsched.engine.stats import RoundStats
+from qlsched.summary import PROMETHEUS_SAMPLES
 
 # The `_created` series (a timestamp per counter and histogram) double the exposition and say
 # nothing a restart counter does not; the switch is process-wide in prometheus_client.
@@ -251,3 +252,12 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition (``CONTENT_TYPE``) of this replica only."""
         return generate_latest(self.registry)
+
+
+def registry_reader(registry: CollectorRegistry) -> Callable[[], dict[str, float]]:
+    """The summary line's counts (``qlsched.summary.SUMMARY_KEYS``) from a registry."""
+
+    def read() -> dict[str, float]:
+        return {k: registry.get_sample_value(v) or 0.0 for k, v in PROMETHEUS_SAMPLES.items()}
+
+    return read

@@ -74,6 +74,19 @@ class EdgeMetrics:
             if n:
                 self.outcomes[code] = self.outcomes.get(code, 0) + n
 
+    def summary_counts(self) -> dict[str, float]:
+        """The summary line's counts (``qlsched.summary.SUMMARY_KEYS``), since start."""
+        return {
+            "rounds": self.rounds,
+            "failed": self.round_failures,
+            "claimed": self.claimed,
+            "admitted": self.outcomes.get("admitted", 0),
+            "skipped": self.skipped_occurrences,
+            "coalesced": self.coalesced_occurrences,
+            "lag_sum_s": self.lag.sum_s,
+            "lag_count": self.lag.count,
+        }
+
     def count_refused(self, outcome: str, part: str) -> None:
         """An admit refused until a re-publish (reported as a diagnostic by the engine)."""
         key = (outcome, part)

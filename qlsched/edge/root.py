@@ -26,6 +26,7 @@ from qlsched.sinks import StreamSink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.store import SqliteStore
+from qlsched.summary import Summary
 
 
 class EdgeRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +38,15 @@ class EdgeRun(msgspec.Struct, frozen=True, kw_only=True):
     http: tuple[str, int] | None = None
     diagnostics: str | None = None
     """A file for diagnostic JSON lines; None means stderr."""
+    summary_s: float = 0.0
+    """Seconds between summary lines on stderr (0: none)."""
+
+
+async def _print_summaries(scheduler: EdgeScheduler, interval_s: float) -> None:
+    summary = Summary(scheduler.metrics.summary_counts)
+    while True:
+        await trio.sleep(interval_s)
+        _say(summary.line(interval_s))
 
 
 def _say(line: str) -> None:
@@ -66,6 +76,10 @@ async def _serve(run: EdgeRun, stream: IO[str] | None) -> None:
                 nursery.start_soon(serve_http, scheduler, listeners, name="qlsched.edge.http")
                 host, port = bound_address(listeners)
                 _say(f"http on {host}:{port}")
+            if run.summary_s > 0:
+                nursery.start_soon(
+                    _print_summaries, scheduler, run.summary_s, name="qlsched.edge.summary"
+                )
             _say(
                 f"scheduling {file_path(run.db)} as {settings.owner}"
                 f" (budget {settings.claim_budget}, cadence {settings.cadence_ms} ms)"

@@ -219,3 +219,28 @@ def test_sqlite_package_sits_on_core_only() -> None:
     ours = [m for m in json.loads(result.stdout) if m.startswith("qlsched.")]
     neutral = ("qlsched.core", "qlsched.sqlite", "qlsched.migrations", "qlsched.sql_blocks")
     assert all(m.startswith(neutral) for m in ours), ours
+
+
+def test_edge_run_prints_the_summary_line(tmp_path: Path) -> None:
+    """``edge run --summary SECONDS`` prints ``run``'s one-line summary (rounds, claims,
+    admits, mean lag, admits since start) at that interval, from the shared engine's
+    counters; a bad interval is one line and exit 2."""
+    db = tmp_path / "edge.sqlite3"
+    qlsched("edge", "publish", str(publish_file(tmp_path / "a.toml", 2)), "--db", str(db))
+    proc = start_run(db, "--cadence-ms", "100", "--summary", "0.3")
+    try:
+        wait_ready(proc)
+        assert proc.stderr is not None
+        lines = []
+        while len(lines) < 4:
+            line = proc.stderr.readline()
+            assert line, "edge run ended before its summaries"
+            if "last 0.3s:" in line:
+                lines.append(line)
+    finally:
+        assert stop(proc) == 0
+    assert all("rounds" in line and "admitted since start" in line for line in lines)
+    assert any(" 0 admitted since start" not in line for line in lines)
+    bad = qlsched("edge", "run", "--db", str(db), "--summary", "soon")
+    assert bad.returncode == 2
+    assert "summary: expected seconds" in bad.stderr

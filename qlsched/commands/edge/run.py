@@ -12,6 +12,7 @@ from typing import Any
 from qlsched.edge.http import parse_address
 from qlsched.edge.root import EdgeRun, run_edge
 from qlsched.edge.settings import EDGE_CADENCE_MS, EDGE_CLAIM_BUDGET, EdgeSettings, bounds_help
+from qlsched.summary import summary_interval
 
 
 def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
@@ -27,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
     p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics")
     p.add_argument("--owner", help="the name recorded on admitted Runs (default edge-HOST-PID)")
     p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
+    p.add_argument(
+        "--summary",
+        metavar="SECONDS",
+        help="print a one-line summary this often (default 10 on a terminal, 0 = off)",
+    )
 
 
 def run(args: argparse.Namespace, db: str) -> int:
@@ -41,5 +47,6 @@ def run(args: argparse.Namespace, db: str) -> int:
             settings=EdgeSettings(**given),
             http=parse_address(args.http) if args.http else None,
             diagnostics=args.diagnostics,
+            summary_s=summary_interval(args.summary),
         )
     )
