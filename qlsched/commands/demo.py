@@ -132,11 +132,13 @@ async def _demo(target: Target, plan: Plan, fleet: DemoFleet) -> int:
             kill_at + 1.5,
             min(kill_at + plan.seconds * HUNT_SHARE, end - plan.lease_ms / 1000 - 2),
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(kill_one, w, kill_at, give_up)
-            await monitor(w, end)
-            nursery.cancel_scope.cancel()  # a kill still hunting at the end is moot
-        screen.done()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_one, w, kill_at, give_up)
+                await monitor(w, end)
+                nursery.cancel_scope.cancel()  # a kill still hunting at the end is moot
+        finally:
+            screen.done()
         stop_problems = await stop_survivors(fleet, plan, screen)
         w.observe(await read(db, read_schedule_states))
         w.runs = await read(db, runs_by_owner)
