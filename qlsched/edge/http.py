@@ -1,4 +1,8 @@
-"""``edge run --http``: /healthz, /readyz and /metrics over Trio's own ``serve_tcp``.
+"""``edge run --http``: /healthz, /readyz, /metrics and /v1/schedules over Trio's own
+``serve_tcp``.
+
+``/v1/schedules`` is the cluster's: the rows as JSON in key order, ``?limit=N`` (1..1000)
+and keyset pages through ``next_cursor`` / ``?cursor=`` (``qlsched.paging``).
 
 A minimal HTTP/1.0 responder (one request per connection, GET only, 8 KiB of headers at
 most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework.
@@ -9,16 +13,24 @@ from __future__ import annotations
 
 from typing import Final
 
+import msgspec
 import trio
 
 from qlsched.core.address import parse_host_port
 from qlsched.core.config import ConfigError
 from qlsched.edge.scheduler import EdgeScheduler
+from qlsched.paging import cursor_of, limit_of, page_of
 from qlsched.sqlite.errors import EdgeError
 
 MAX_HEAD: Final = 8192
 HEAD_TIMEOUT_S: Final = 5.0
-_REASONS: Final = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Unavailable"}
+_REASONS: Final = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Unavailable",
+}
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -49,7 +61,7 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
     parts = head.split(b"\r\n", 1)[0].split()
     if len(parts) < 2:
         return
-    method, path = parts[0], parts[1].split(b"?", 1)[0]
+    method, (path, _, query_string) = parts[0], parts[1].partition(b"?")
     if method != b"GET":
         await _respond(stream, 405, "GET only\n", "text/plain")
     elif path == b"/healthz":
@@ -65,8 +77,33 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
         except EdgeError:
             backlog = None
         await _respond(stream, 200, scheduler.metrics.render(backlog), "text/plain; version=0.0.4")
+    elif path == b"/v1/schedules":
+        await _schedules(stream, scheduler, query_string)
     else:
         await _respond(stream, 404, "not found\n", "text/plain")
+
+
+async def _schedules(
+    stream: trio.abc.Stream, scheduler: EdgeScheduler, query_string: bytes
+) -> None:
+    limit, after = limit_of(query_string), cursor_of(query_string)
+    if limit is None:
+        await _respond(stream, 400, "limit must be an integer 1..1000\n", "text/plain")
+        return
+    if after is False:
+        text = "cursor must be a next_cursor value (PROJECT/TRIGGER)\n"
+        await _respond(stream, 400, text, "text/plain")
+        return
+    try:
+        if after is None:
+            rows = await scheduler.store.list_schedules(limit)
+        else:
+            rows = await scheduler.store.list_schedules_after(after, limit)
+    except EdgeError:
+        await _respond(stream, 503, "the file cannot be read now\n", "text/plain")
+        return
+    body = msgspec.json.encode(page_of(rows, limit)).decode()
+    await _respond(stream, 200, body, "application/json")
 
 
 async def open_http_listeners(host: str, port: int) -> list[trio.SocketListener]:

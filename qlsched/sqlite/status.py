@@ -30,7 +30,9 @@ class EdgeStatus(msgspec.Struct, frozen=True):
     recent_runs: list[RecentRun]
 
 
-def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[ScheduleView]:
+def schedule_views(
+    conn: sqlite3.Connection, now_ms: int, limit: int, after: tuple[str, str] | None = None
+) -> list[ScheduleView]:
     """The first ``limit`` schedule rows as status and ``/v1/schedules`` show them (an Edge
     file has no leases, so no claim holder)."""
     return [
@@ -53,7 +55,11 @@ def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[Sc
             jitter_ms=r[12],
             due_at_ms=r[13],
         )
-        for r in conn.execute(query("schedules_list"), (limit,))
+        for r in (
+            conn.execute(query("schedules_list"), (limit,))
+            if after is None
+            else conn.execute(query("schedules_list_after"), (*after, limit))
+        )
     ]
 
 

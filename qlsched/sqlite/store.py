@@ -392,3 +392,13 @@ class SqliteStore:
             return schedule_views(conn, self._db.clock(), limit)
 
         return await self._db.call(read)
+
+    async def list_schedules_after(
+        self, after: tuple[str, str], limit: int = 1000
+    ) -> list[ScheduleView]:
+        """The rows after key ``after`` = (project, trigger) in key order (keyset pages)."""
+
+        def read(conn: sqlite3.Connection) -> list[ScheduleView]:
+            return schedule_views(conn, self._db.clock(), limit, after)
+
+        return await self._db.call(read)

@@ -5,6 +5,7 @@ endpoint serves health, readiness and metrics without hypercorn."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -159,6 +160,35 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
         assert 'qlsched_edge_outcomes_total{outcome="initialized"} 1' in metrics
         assert "qlsched_edge_backlog 0" in metrics
         assert (await get(address, "/nope"))[0] == 404
+        nursery.cancel_scope.cancel()
+
+
+async def test_v1_schedules_pages_by_key(edge: tuple[EdgeDatabase, list[int]]) -> None:
+    """``/v1/schedules`` is the cluster's: the rows as JSON in key order, a full page with
+    ``next_cursor`` whose ``?cursor=`` gives the next page, every row seen once; a bad limit
+    or cursor is 400."""
+    db, now = edge
+    ids = [f"t{i}" for i in range(5)]
+    await db.call(lambda conn: publish(conn, spec_file(*(trigger(t, "skip") for t in ids)), now[0]))
+    scheduler = EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink())
+    listeners = await open_http_listeners("127.0.0.1", 0)
+    address = listeners[0].socket.getsockname()[:2]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http, scheduler, listeners)
+        seen: list[str] = []
+        path = "/v1/schedules?limit=2"
+        while True:
+            status, body = await get(address, path)
+            assert status == 200, body
+            page = json.loads(body)
+            seen += [s["trigger_id"] for s in page["schedules"]]
+            assert all(s["claim_owner"] is None for s in page["schedules"])
+            if page["next_cursor"] is None:
+                break
+            path = f"/v1/schedules?limit=2&cursor={page['next_cursor']}"
+        assert seen == ids
+        assert (await get(address, "/v1/schedules?limit=0"))[0] == 400
+        assert (await get(address, "/v1/schedules?cursor=nope"))[0] == 400
         nursery.cancel_scope.cancel()
 
 

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
         type=int,
         help=bounds_help("claim_budget", "rows per round", EDGE_CLAIM_BUDGET),
     )
-    p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics")
+    p.add_argument("--http", help="HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules")
     p.add_argument("--owner", help="the name recorded on admitted Runs (default edge-HOST-PID)")
     p.add_argument("--diagnostics", help="file for diagnostic JSON lines (default stderr)")
     p.add_argument(
