@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from qlsched.core.config import ConfigError
+from qlsched.engine.stats import RoundStats
 
 SUMMARY_ON_TERMINAL_S: Final = 10.0
 SUMMARY_KEYS: Final = (
@@ -43,6 +44,36 @@ PROMETHEUS_SAMPLES: Final = {
 """The cluster's sample for each of ``SUMMARY_KEYS`` in its Prometheus registry."""
 
 Reader = Callable[[], Mapping[str, float]]
+
+
+class SummaryCounts:
+    """The summary line's counts kept as plain numbers: the metrics of an ``edge run``
+    that serves no ``/metrics`` (no metrics library loaded, so the process stays small).
+    The same engine feeds it as it feeds ``qlsched.metrics.Metrics``."""
+
+    def __init__(self) -> None:
+        self._counts = dict.fromkeys(SUMMARY_KEYS, 0.0)
+
+    def observe_round(self, stats: RoundStats) -> None:
+        c = self._counts
+        c["rounds"] += 1
+        c["claimed"] += stats.claimed
+        c["admitted"] += stats.admitted
+        c["skipped"] += stats.skipped_occurrences
+        c["coalesced"] += stats.coalesced
+
+    def observe_lag_ms(self, from_due_ms: int, from_scheduled_ms: int) -> None:
+        self._counts["lag_sum_s"] += max(from_due_ms, 0) / 1000
+        self._counts["lag_count"] += 1
+
+    def count_refused(self, outcome: str, part: str) -> None:
+        """Reported as a diagnostic by the engine; the summary line has no column for it."""
+
+    def count_round_failure(self) -> None:
+        self._counts["failed"] += 1
+
+    def summary_counts(self) -> dict[str, float]:
+        return dict(self._counts)
 
 
 class Summary:

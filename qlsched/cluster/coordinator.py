@@ -7,13 +7,13 @@ and the round's Fires admitted in one batch while the lease holds.
 
 from __future__ import annotations
 
-from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import DiagnosticSink
 from qlsched.core.store import ScheduleStore
 from qlsched.engine.round import SPEC_CACHE_SIZE, RoundEngine
 from qlsched.engine.stats import RoundStats
+from qlsched.metrics import Metrics
 
 __all__ = ["Coordinator", "RoundStats"]
 

@@ -43,10 +43,10 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 from qlsched.cluster.lifecycle import Lifecycle
-from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from qlsched.cluster.metrics import Metrics
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.store import ActionTotalsReader, ScheduleReader
+from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.metrics import Metrics
 from qlsched.paging import SchedulesPage, cursor_of, limit_of, page_of
 
 STORE_TIMEOUT_S: Final = 5.0

@@ -34,12 +34,12 @@ import trio
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
-from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.lease import call_timeout_s
 from qlsched.exception_groups import single_leaf_unwrapped
+from qlsched.metrics import Metrics
 from qlsched.postgres.errors import (
     SchemaNotReady,
     StartupFailed,

@@ -27,7 +27,6 @@ from typing import IO, Final
 import msgspec
 import trio
 
-from qlsched.cluster.metrics import registry_reader
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
@@ -37,6 +36,7 @@ from qlsched.commands.options import (
     add_database_options,
 )
 from qlsched.core.config import FLAGS, Config, ConfigError
+from qlsched.metrics import registry_reader
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once

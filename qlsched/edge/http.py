@@ -11,14 +11,15 @@ Readiness is 503 until the scheduler runs its rounds and again once it stops.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Final
 
 import msgspec
 import trio
 
-from qlsched.core.address import parse_host_port
-from qlsched.core.config import ConfigError
 from qlsched.edge.scheduler import EdgeScheduler
+from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.metrics import Metrics
 from qlsched.paging import cursor_of, limit_of, page_of
 from qlsched.sqlite.errors import EdgeError
 
@@ -33,16 +34,8 @@ _REASONS: Final = {
 }
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``ConfigError`` (exit 2) otherwise."""
-    address = parse_host_port(text)
-    if address is None:
-        raise ConfigError(f"--http={text}: expected HOST:PORT")
-    return address
-
-
-async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) -> None:
-    data = body.encode("utf-8")
+async def _respond(stream: trio.abc.Stream, status: int, body: str | bytes, ctype: str) -> None:
+    data = body if isinstance(body, bytes) else body.encode("utf-8")
     head = (
         f"HTTP/1.0 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
@@ -50,7 +43,7 @@ async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) 
     await stream.send_all(head.encode("ascii") + data)
 
 
-async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
+async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler, metrics: Metrics) -> None:
     head = b""
     with trio.move_on_after(HEAD_TIMEOUT_S):
         while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_HEAD:
@@ -72,11 +65,9 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
             stream, 200 if ready else 503, "ready\n" if ready else "not ready\n", "text/plain"
         )
     elif path == b"/metrics":
-        try:
-            backlog: int | None = await scheduler.store.due_backlog()
-        except EdgeError:
-            backlog = None
-        await _respond(stream, 200, scheduler.metrics.render(backlog), "text/plain; version=0.0.4")
+        with contextlib.suppress(EdgeError):  # the last count stays when the file is busy
+            metrics.set_due_backlog(await scheduler.store.due_backlog())
+        await _respond(stream, 200, metrics.render(), METRICS_CONTENT_TYPE)
     elif path == b"/v1/schedules":
         await _schedules(stream, scheduler, query_string)
     else:
@@ -123,13 +114,15 @@ def bound_address(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     return str(sockname[0]), int(sockname[1])
 
 
-async def serve_http(scheduler: EdgeScheduler, listeners: list[trio.SocketListener]) -> None:
+async def serve_http(
+    scheduler: EdgeScheduler, metrics: Metrics, listeners: list[trio.SocketListener]
+) -> None:
     """Serve on ``listeners`` until cancelled. Ownership: closes the listeners."""
 
     async def handler(stream: trio.SocketStream) -> None:
         try:
             async with stream:
-                await _handle(stream, scheduler)
+                await _handle(stream, scheduler, metrics)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 

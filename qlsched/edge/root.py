@@ -17,7 +17,6 @@ from typing import IO
 import msgspec
 import trio
 
-from qlsched.edge.http import bound_address, open_http_listeners, serve_http
 from qlsched.edge.lock import hold_run_lock
 from qlsched.edge.scheduler import EdgeScheduler
 from qlsched.edge.settings import EdgeSettings
@@ -59,9 +58,18 @@ async def _serve(run: EdgeRun, stream: IO[str] | None) -> None:
     settings = run.settings
     database = await trio.to_thread.run_sync(lambda: open_checked(run.db, create=False, apply=True))
     try:
-        listeners = await open_http_listeners(*run.http) if run.http is not None else None
         sink = StreamSink(stream, replica=settings.owner)
-        scheduler = EdgeScheduler(SqliteStore(database), settings, sink)
+        listeners = None
+        if run.http is None:
+            scheduler = EdgeScheduler(SqliteStore(database), settings, sink)
+        else:
+            # Only a served /metrics loads the metrics library (and the responder).
+            from qlsched.edge.http import bound_address, open_http_listeners, serve_http
+            from qlsched.metrics import Metrics
+
+            listeners = await open_http_listeners(*run.http)
+            metrics = Metrics(profile="edge")
+            scheduler = EdgeScheduler(SqliteStore(database), settings, sink, metrics)
         stop = trio.Event()
         failure: EdgeError | None = None
         async with trio.open_nursery() as nursery:
@@ -73,7 +81,9 @@ async def _serve(run: EdgeRun, stream: IO[str] | None) -> None:
                 name="qlsched.signals",
             )
             if listeners is not None:
-                nursery.start_soon(serve_http, scheduler, listeners, name="qlsched.edge.http")
+                nursery.start_soon(
+                    serve_http, scheduler, metrics, listeners, name="qlsched.edge.http"
+                )
                 host, port = bound_address(listeners)
                 _say(f"http on {host}:{port}")
             if run.summary_s > 0:

@@ -14,17 +14,17 @@ write (the compare-and-set); this process's clock is the profile's only clock.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
-from qlsched.edge.metrics import EdgeMetrics
 from qlsched.edge.settings import EdgeSettings
-from qlsched.engine.round import RoundEngine
+from qlsched.engine.round import RoundEngine, RoundMetrics
 from qlsched.engine.stats import RoundStats
 from qlsched.sqlite.errors import EdgeDatabaseError
 from qlsched.sqlite.store import SqliteStore
+from qlsched.summary import SummaryCounts
 
 NOMINAL_LEASE_MS: Final = 30_000
 """Recorded in a claim's nominal fence only; nothing expires on the Edge."""
@@ -32,15 +32,31 @@ SPEC_CACHE_SIZE: Final = 1024
 TICK_SLACK_MS: Final = 2
 
 
+class EdgeMetrics(RoundMetrics, Protocol):
+    """What the Edge's rounds feed: the engine's metrics, round failures, the summary."""
+
+    def count_round_failure(self) -> None: ...
+
+    def summary_counts(self) -> dict[str, float]: ...
+
+
 class EdgeScheduler:
     """Rounds against one ``SqliteStore`` at the cadence. Ownership: borrows the store;
     holds no task. A round is the shared engine's, written in one transaction."""
 
-    def __init__(self, store: SqliteStore, settings: EdgeSettings, sink: DiagnosticSink) -> None:
+    def __init__(
+        self,
+        store: SqliteStore,
+        settings: EdgeSettings,
+        sink: DiagnosticSink,
+        metrics: EdgeMetrics | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.sink = sink
-        self.metrics = EdgeMetrics()
+        self.metrics: EdgeMetrics = metrics if metrics is not None else SummaryCounts()
+        """``qlsched.metrics.Metrics(profile="edge")`` when ``/metrics`` is served (the
+        cluster's families); else the plain counts of the summary line."""
         self.ready = False
         """True while rounds run (``/readyz``); False before the first and once stopping."""
         self.engine: RoundEngine[EdgeMetrics] = RoundEngine(
@@ -86,7 +102,7 @@ class EdgeScheduler:
                 try:
                     stats = await self.run_round()
                 except EdgeDatabaseError as exc:
-                    self.metrics.round_failures += 1
+                    self.metrics.count_round_failure()
                     self.sink.emit(Diagnostic(code="round_failed", exception=exc.code))
                     if exc.fatal:
                         raise

@@ -13,6 +13,7 @@ from typing import Final
 
 import msgspec
 
+from qlsched.core.address import parse_host_port
 from qlsched.core.config import BOUNDS, ConfigError, flag_of
 
 EDGE_CADENCE_MS: Final = 1_000
@@ -47,3 +48,11 @@ def bounds_help(name: str, what: str, default: int) -> str:
     """A flag's help: ``what (low..high, default N)`` from the one table of bounds."""
     low, high = BOUNDS[name]
     return f"{what} ({low}..{high}, default {default})"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``ConfigError`` (exit 2) otherwise."""
+    address = parse_host_port(text)
+    if address is None:
+        raise ConfigError(f"--http={text}: expected HOST:PORT")
+    return address

@@ -154,7 +154,6 @@ FORBIDDEN = (
     "asyncpg",
     "trio_asyncio",
     "hypercorn",
-    "prometheus_client",
     "qlsched.postgres",
     "qlsched.embedded",
     "qlsched.cluster",
@@ -167,8 +166,10 @@ FORBIDDEN = (
 @pytest.mark.parametrize("http", [False, True], ids=["plain", "http"])
 def test_edge_run_loads_no_cluster_code(tmp_path: Path, http: bool) -> None:
     """``edge run`` (with or without --http) in a fresh interpreter admits Runs and, at its
-    end, has loaded no asyncpg, trio-asyncio, hypercorn, prometheus-client, nor anything of
-    qlsched.postgres, qlsched.embedded, qlsched.cluster or the tools."""
+    end, has loaded no asyncpg, trio-asyncio, hypercorn, nor anything of qlsched.postgres,
+    qlsched.embedded, qlsched.cluster or the tools. Without --http it loads neither
+    prometheus-client nor rich either (the metrics library only serves a /metrics, and the
+    memory budget is measured without one); with --http it loads the shared metrics."""
     db = tmp_path / "edge.sqlite3"
     qlsched("edge", "publish", str(publish_file(tmp_path / "a.toml", 3)), "--db", str(db))
     out = tmp_path / "modules.json"
@@ -186,10 +187,12 @@ def test_edge_run_loads_no_cluster_code(tmp_path: Path, http: bool) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["code"] == 0, result.stderr
+    forbidden = FORBIDDEN if http else (*FORBIDDEN, "prometheus_client", "rich")
     loaded = [
-        m for m in report["modules"] if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)
+        m for m in report["modules"] if any(m == f or m.startswith(f + ".") for f in forbidden)
     ]
     assert loaded == []
+    assert ("qlsched.metrics" in report["modules"]) == http
     assert "qlsched.sqlite.store" in report["modules"]
     assert read(db, "SELECT count(*) > 0 FROM runs") == [(1,)]
 

@@ -86,7 +86,7 @@ def test_parse_host_port(text: str, parsed: tuple[str, int] | None) -> None:
 def test_config_and_edge_share_the_address_rule() -> None:
     """What the cluster's Config refuses, the Edge's ``--http`` refuses too, and the
     Config's parsed address is the parser's."""
-    from qlsched.edge.http import parse_address
+    from qlsched.edge.settings import parse_address
 
     assert Config(owner="r", http="[::1]:9000").http_address() == ("::1", 9000)
     for bad in ("nonsense", "h:99999"):

@@ -85,7 +85,7 @@ def test_the_adapter_names_product_statements_only() -> None:
             "qlsched.sqlite",
             ("qlsched.edge", "qlsched.engine", "qlsched.cluster", "qlsched.postgres"),
         ),
-        ("qlsched.edge", ("qlsched.cluster", "qlsched.postgres", "prometheus_client", "asyncpg")),
+        ("qlsched.edge", ("qlsched.cluster", "qlsched.postgres", "asyncpg", "hypercorn")),
     ],
 )
 def test_the_profiles_and_their_engine_keep_their_rooms(

@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from qlsched.edge.http import parse_address
 from qlsched.edge.root import EdgeRun, run_edge
-from qlsched.edge.settings import EDGE_CADENCE_MS, EDGE_CLAIM_BUDGET, EdgeSettings, bounds_help
+from qlsched.edge.settings import (
+    EDGE_CADENCE_MS,
+    EDGE_CLAIM_BUDGET,
+    EdgeSettings,
+    bounds_help,
+    parse_address,
+)
 from qlsched.summary import summary_interval
 
 

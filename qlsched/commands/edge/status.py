@@ -10,14 +10,16 @@ from typing import IO
 import msgspec
 import trio
 
-from qlsched.commands.tables import console_for, iso, recent_run_line, schedules_table
 from qlsched.edge.lock import holder_pid
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
 
 def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
-    """Print the report with ``status``'s table: styled on a terminal, plain otherwise."""
+    """Print the report with ``status``'s table: styled on a terminal, plain otherwise.
+    (rich is imported here: parsing ``edge run``'s flags must not load it.)"""
+    from qlsched.commands.tables import console_for, iso, recent_run_line, schedules_table
+
     console, terminal = console_for(file if file is not None else sys.stdout)
     runner = f"pid {report.scheduler_pid}" if report.scheduler_pid else "not running"
     console.print(
