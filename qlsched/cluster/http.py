@@ -35,7 +35,6 @@ import hmac
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Final
-from urllib.parse import parse_qs
 
 import hypercorn.config
 import hypercorn.trio
@@ -44,13 +43,12 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 from qlsched.cluster.lifecycle import Lifecycle
-from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.paging import SchedulesPage, cursor_of, page_of
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.store import ActionTotalsReader, ScheduleReader
+from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.metrics import Metrics
+from qlsched.paging import SchedulesPage, cursor_of, limit_of, page_of
 
-SCHEDULES_LIMIT_MAX: Final = 1000
 STORE_TIMEOUT_S: Final = 5.0
 """Bound on the store reads behind ``/metrics`` and ``/v1/schedules``."""
 
@@ -213,7 +211,7 @@ class AdmissionApp:
             self._metrics.set_failing(failing)
 
     async def _schedules(self, scope: HTTPScope) -> _Response:
-        limit = _limit(scope["query_string"])
+        limit = limit_of(scope["query_string"])
         if limit is None:
             return _Response(400, b"limit must be an integer 1..1000\n")
         after = cursor_of(scope["query_string"])
@@ -261,17 +259,6 @@ def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
     return False
-
-
-def _limit(query_string: bytes) -> int | None:
-    values = parse_qs(query_string.decode("latin-1")).get("limit")
-    if not values:
-        return SCHEDULES_LIMIT_MAX
-    try:
-        limit = int(values[-1])
-    except ValueError:
-        return None
-    return limit if 1 <= limit <= SCHEDULES_LIMIT_MAX else None
 
 
 def _parse_bind(bind: str) -> tuple[str, int]:

@@ -37,9 +37,9 @@ import msgspec
 import trio
 
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import from_exception
+from qlsched.engine.stats import RoundStats
 
 MAX_BACKOFF_MS: Final = 30_000
 """Back-off ceiling after repeated round failures (raised to the cadence if that is longer)."""

@@ -32,6 +32,7 @@ from qlsched.core.config import Config
 from qlsched.core.cron import CronSchedule
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
 from qlsched.core.keys import idempotency_key, manual_key, new_id
+from qlsched.core.lease import request_poll_interval_s
 from qlsched.core.requests import (
     RequestAdmitted,
     RequestChunk,
@@ -48,8 +49,6 @@ from qlsched.core.requests import (
 )
 from qlsched.core.spec_cache import InvalidSpec, Lru, build_cron
 
-POLL_CADENCES: Final = 5
-"""With no request seen, the pass looks this many cadences apart (capped by half a lease)."""
 REQUEST_TASK_FAILED: Final = "request_task_failed"
 
 REQUEST_CODES: Final = (
@@ -61,12 +60,6 @@ REQUEST_CODES: Final = (
     "request_commit_unknown",
     "request_failed",
 )
-
-
-def poll_interval_s(config: Config) -> float:
-    """Seconds between two looks for requests while none is known to be pending."""
-    cadence_s, lease_s = config.cadence_ms / 1000, config.lease_ms / 1000
-    return max(cadence_s, min(POLL_CADENCES * cadence_s, lease_s / 2))
 
 
 def _chunk(
@@ -120,8 +113,12 @@ class RequestsPass:
         self._store = store
         self._owner = config.owner
         self._lease_ms = config.lease_ms
-        self._budget = max(1, budget)
-        self._poll_s = poll_interval_s(config) if poll_s is None else poll_s
+        self._budget = budget  # a Config's claim_budget: validated there (>= 1), trusted here
+        self._poll_s = (
+            request_poll_interval_s(config.cadence_ms, config.lease_ms)
+            if poll_s is None
+            else poll_s
+        )
         self._next_look = -math.inf
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find

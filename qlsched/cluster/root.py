@@ -34,11 +34,12 @@ import trio
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
-from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.lease import call_timeout_s
 from qlsched.exception_groups import single_leaf_unwrapped
+from qlsched.metrics import Metrics
 from qlsched.postgres.errors import (
     SchemaNotReady,
     StartupFailed,
@@ -59,19 +60,8 @@ cancels the lifecycle's task."""
 POOL_CLOSE_S: Final = 0.3
 """Budget of the pools' graceful close at stop (one deadline for all three, the HTTP
 reader's included); then their connections are terminated."""
-CALL_MARGIN_S: Final = 1.0
-"""A database call's client-side budget ends this long before the lease would."""
 
 T = TypeVar("T")
-
-
-def call_timeout_s(lease_ms: int, cadence_ms: int) -> float:
-    """The client-side budget of one database call: a cadence and a margin under the lease
-    (so usually above the runtime role's statement and lock timeouts, which come first as
-    typed errors). A server that stops answering is then noticed (a failed round or a lost
-    reply: ``/readyz`` 503) within one lease, even when it went silent between rounds."""
-    lease_s, cadence_s = lease_ms / 1000, cadence_ms / 1000
-    return max(lease_s / 2, lease_s - cadence_s - CALL_MARGIN_S)
 
 
 WATCH_S: Final = 0.25

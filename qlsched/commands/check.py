@@ -14,12 +14,23 @@ import msgspec
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_config_options, add_database_options
 from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.status import FailingRow, failing_rows
 from qlsched.settings import load_config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(
+        p,
+        role="also QLSCHED_DSN, or the libpq PG* variables and .pgpass when PGHOST or"
+        " PGSERVICE is set",
+    )
+    add_config_options(p, "lease_ms", lease_ms="the lease readiness compares against")
+    p.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def main(args: argparse.Namespace) -> int:

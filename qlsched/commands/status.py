@@ -10,60 +10,32 @@ no escape codes when stdout is a pipe or a file. ``--json`` prints one object wh
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 from typing import IO
 
 import msgspec
-from rich import box
-from rich.console import Console, JustifyMethod
-from rich.table import Table
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_database_options
+from qlsched.commands.tables import (
+    console_for,
+    iso,
+    iso_s,
+    recent_run_line,
+    schedules_table,
+)
 from qlsched.core.control import ScheduleAction
-from qlsched.core.cron import dst_policy_label
-from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import StatusReport, StatusRequest, read_status
 from qlsched.settings import load_config
 
 
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def _iso_s(ms: int | None) -> str:
-    """An occurrence's time: whole seconds (cron occurrences have no milliseconds)."""
-    return "-" if ms is None else _iso(ms)[:19]
-
-
-_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
-    ("TRIGGER", "left"),
-    ("CRON", "left"),
-    ("ZONE", "left"),
-    ("NEXT FIRE (UTC)", "left"),
-    ("LAG", "right"),
-    ("CLAIM", "left"),
-    ("LEASE", "right"),
-    ("SKIP", "right"),
-    ("COAL", "right"),
-)
-
-
-def _marker(s: ScheduleRow) -> str:
-    if s.paused_at_ms is not None:
-        return " (paused)"
-    return "" if s.active else " (off)"
-
-
 def _action_text(a: ScheduleAction) -> str:
     who = a.actor if a.actor_label is None else f"{a.actor} ({a.actor_label})"
-    return f"{a.kind} {_iso(a.at_ms)} by {who}"
+    return f"{a.kind} {iso(a.at_ms)} by {who}"
 
 
 def control_lines(report: StatusReport) -> list[str]:
@@ -76,48 +48,12 @@ def control_lines(report: StatusReport) -> list[str]:
         parts = [f"{s.project_id}/{s.trigger_id}"]
         if s.paused_at_ms is not None:
             note = "" if s.pause_note is None else f" ({s.pause_note})"
-            parts.append(f"paused since {_iso(s.paused_at_ms)}{note};")
+            parts.append(f"paused since {iso(s.paused_at_ms)}{note};")
         parts.append(f"paused_total {s.paused_total};")
         if s.actions:
             parts.append("last actions: " + ", ".join(_action_text(a) for a in s.actions))
         lines.append("  " + " ".join(parts).rstrip(";"))
     return lines
-
-
-def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
-    table = Table(
-        box=box.SIMPLE_HEAD if terminal else None,
-        header_style="bold" if terminal else "",
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-    )
-    # On a narrow terminal cells fold onto more lines (a time's date above its clock):
-    # never cropped or cut with an ellipsis, since a shortened time or count would be wrong.
-    for name, justify in _COLUMNS:
-        table.add_column(name, justify=justify, overflow="fold")
-    now = report.now_ms
-    for s in report.schedules:
-        # Due at the cursor plus its jitter (docs/contract.md §11): lag counts from there.
-        due = s.next_fire_at_ms if s.due_at_ms is None else s.due_at_ms
-        lag = "-"
-        if due is not None and due <= now and s.active:
-            lag = f"{(now - due) / 1000:.1f}s"
-        lease = "-"
-        if s.claim_expires_at_ms is not None:
-            lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
-        table.add_row(
-            f"{s.project_id}/{s.trigger_id}" + _marker(s),
-            s.cron,
-            " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
-            _iso_s(s.next_fire_at_ms) + (f" due {_iso(due)}" if s.jitter_ms else ""),
-            lag,
-            s.claim_owner or "-",
-            lease,
-            str(s.skipped_total),
-            str(s.coalesced_total),
-        )
-    return table
 
 
 def _backlog(report: StatusReport) -> str:
@@ -138,25 +74,21 @@ def _request_line(q: StatusRequest) -> str:
     if q.kind == "backfill":
         line += (
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
-            f" {q.already_admitted}) {_iso_s(q.from_ms)}..{_iso_s(q.to_ms)}"
+            f" {q.already_admitted}) {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
         )
-    line += f" by {q.actor or q.requested_by} at {_iso(q.created_at_ms)}"
+    line += f" by {q.actor or q.requested_by} at {iso(q.created_at_ms)}"
     return line + (f" note {q.note!r}" if q.note else "")
 
 
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
-    out = file if file is not None else sys.stdout
-    terminal = out.isatty()
-    # Off a terminal rich would wrap at 80 columns; a table of long ids must stay one line
-    # per row for grep and awk, so the width is only a ceiling there.
-    console = Console(file=out, highlight=False, width=None if terminal else 1000)
+    console, terminal = console_for(file if file is not None else sys.stdout)
     console.print(
-        f"database time {_iso(report.now_ms)}   due backlog {_backlog(report)}",
+        f"database time {iso(report.now_ms)}   due backlog {_backlog(report)}",
         markup=False,
     )
     if report.schedules:
-        console.print(_schedules_table(report, terminal=terminal))
+        console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
         if terminal:
             console.print(
                 "SKIP: occurrences policy skip dropped, found past the grace. "
@@ -179,7 +111,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             markup=False,
         )
     for row in report.failing:
-        at = "" if row.last_failure_at_ms is None else f" at {_iso(row.last_failure_at_ms)}"
+        at = "" if row.last_failure_at_ms is None else f" at {iso(row.last_failure_at_ms)}"
         console.print(
             f"{'stuck' if row.stuck else 'failing'} {row.project_id}/{row.trigger_id}:"
             f" {row.failures} admits failed in a row, last {row.last_failure}{at}"
@@ -191,12 +123,12 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         console.print(_request_line(q), markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
-        lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
-        console.print(
-            f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})",
-            markup=False,
-        )
+        console.print(recent_run_line(r), markup=False)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(p, role="observer")
+    p.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -43,6 +43,21 @@ class ScheduleStore(Protocol):
         ...
 
 
+Settle = tuple[Claim, Initialize | Skip]
+"""A decision that moves the cursor without a Run, with the claim it is written under."""
+
+
+class RoundWriter(Protocol):
+    """A store without leases (the Edge's) writes a whole round in one transaction."""
+
+    async def commit(
+        self, fires: Sequence[FireRequest], settles: Sequence[Settle] = ()
+    ) -> list[Outcome]:
+        """The Fires' Runs with their cursors, then the settles; one outcome per write,
+        Fires first, each in request order. Raises when nothing of the round was written."""
+        ...
+
+
 class ScheduleRow(msgspec.Struct, frozen=True):
     """One schedule row with its trigger's cron and zone (database times, epoch ms)."""
 

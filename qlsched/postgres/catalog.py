@@ -38,10 +38,10 @@ from asyncpg import Record
 
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts
 
 if TYPE_CHECKING:
     from qlsched.migrations import Migration
-    from qlsched.postgres.migrate import RoleTimeouts
 
 Key = tuple[str, str]  # kind, object
 Shape = dict[Key, str]  # -> definition

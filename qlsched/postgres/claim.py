@@ -15,6 +15,7 @@ from typing import Any, Final
 import trio
 
 from qlsched.core.fence import Claim, ClaimFence, FireRequest, ObservedSchedule
+from qlsched.core.lease import retry_deadline_s
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
 
@@ -26,9 +27,6 @@ CLAIM_SETTINGS: Final[Mapping[str, str]] = {
 statement, and re-planning it at each call cost more than running it; its scans are
 index-ordered, which a small table's plan would otherwise trade for a sequential scan
 (docs/performance.md, Claim)."""
-
-LEASE_MARGIN_S: Final = 0.5
-"""Retries stop this long before the lease would expire by this process's reckoning."""
 
 
 def fence_from_row(row: Any) -> ClaimFence:
@@ -109,7 +107,7 @@ class LeaseDeadlines:
         """Note ``claims``' deadline (now plus the lease, less the margin), just after their
         claim statement returned; forget deadlines already past."""
         now = trio.current_time()
-        deadline = now + lease_ms / 1000 - LEASE_MARGIN_S
+        deadline = retry_deadline_s(now, lease_ms)
         if self._deadlines:  # claims left to expire are never written here: forget them
             self._deadlines = {k: v for k, v in self._deadlines.items() if v > now}
         for c in claims:

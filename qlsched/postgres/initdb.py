@@ -27,12 +27,12 @@ from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
     MigrateReport,
     MigrationError,
-    RoleTimeouts,
     migrate,
     server_facts,
 )
 from qlsched.postgres.pool import Connection, connect, connect_once
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts
 
 LOGIN_ROLES = ("qlsched_admin", "qlsched_runtime", "qlsched_worker_ingress", "qlsched_observer")
 SCRAM_ITERATIONS = 4096

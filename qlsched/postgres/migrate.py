@@ -19,20 +19,13 @@ from qlsched.migrations import Migration, read_migrations, shipped_schema
 from qlsched.postgres.catalog import record_reference
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts
 
 MIN_SERVER_VERSION = 150000
 
 
 class MigrationError(RuntimeError):
     """The schema cannot be migrated; the message names the file or the cause."""
-
-
-class RoleTimeouts(msgspec.Struct, frozen=True):
-    """The runtime role's timeouts; each must stay below the lease (readiness checks)."""
-
-    idle_in_transaction_ms: int = 5_000
-    lock_timeout_ms: int = 2_000
-    statement_timeout_ms: int = 5_000
 
 
 class MigrateReport(msgspec.Struct, frozen=True):

@@ -23,13 +23,14 @@ Authority: the database decides every fence and every refusal; this module repor
 from __future__ import annotations
 
 import random
-from typing import Any, Final
+from typing import Any
 
 import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.lease import retry_deadline_s
 from qlsched.core.requests import (
     BACKFILL_MAX_HARD_CAP,
     REQUEST_FAILURES_MAX,
@@ -56,10 +57,6 @@ from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
-
-LEASE_MARGIN_S: Final = 0.5
-"""Retries stop this long before the request's lease would expire by this process's clock."""
-
 
 # --- recording (admin) ----------------------------------------------------------------------
 
@@ -241,7 +238,7 @@ class PostgresRequestStore:
         fence; retried on serialization failure while the lease has room."""
         c = chunk.claim
         ids = (c.request_id, c.project_id, c.trigger_id)
-        deadline = trio.current_time() + (c.fence.expires_at_ms - c.claimed_at_ms) / 1000
+        deadline = retry_deadline_s(trio.current_time(), c.fence.expires_at_ms - c.claimed_at_ms)
         sql = query("request_admit")
         args = (
             c.request_id,
@@ -276,7 +273,7 @@ class PostgresRequestStore:
                 if (
                     kind is ErrorKind.RETRYABLE
                     and attempt <= self._retries
-                    and deadline - trio.current_time() > LEASE_MARGIN_S
+                    and deadline > trio.current_time()
                 ):
                     await trio.sleep(random.uniform(0.001, 0.004) * attempt)
                     continue

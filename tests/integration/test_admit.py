@@ -52,8 +52,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 NOTHING = Counts(runs=0, attempts=0, events=0)
 
 

@@ -94,7 +94,6 @@ def test_a_bad_port_is_bad_input_everywhere(command: str, case: str) -> None:
     assert_bad_input(command, [*COMMANDS[command], "--dsn", BAD_PORTS[case]])
 
 
-@pytest.mark.integration
 def test_status_with_an_empty_dsn_is_bad_input(tmp_path: Path) -> None:
     # --data-dir keeps the embedded database the bug starts out of the default location.
     assert_bad_input("status", ["status", "--dsn", "", "--data-dir", str(tmp_path / "pg")])

@@ -34,8 +34,8 @@ import trio
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import Config
+from qlsched.engine.stats import RoundStats
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.store import PostgresStore
 from tests.integration.cluster_support import (
@@ -49,8 +49,6 @@ from tests.integration.cluster_support import (
 )
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 

@@ -34,8 +34,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 SHORT_LEASE_MS = 1_500
 
 

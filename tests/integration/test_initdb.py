@@ -44,8 +44,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, in_ci
 
-pytestmark = pytest.mark.integration
-
 GENERATED = "  (generated password: shown only now)"
 
 

@@ -26,8 +26,6 @@ from qlsched.tools.queries import tool_query
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 BIG_TABLES = frozenset({"trigger_schedules", "triggers", "runs"})
 
 

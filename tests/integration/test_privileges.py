@@ -37,8 +37,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, TestDatabase, create_database, drop_database, sql_run
 
-pytestmark = pytest.mark.integration
-
 TABLES = (
     "projects",
     "tasks",

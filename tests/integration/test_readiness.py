@@ -33,8 +33,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import TestDatabase, sql_run
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("role", ["qlsched_runtime", "qlsched_observer", None])
 def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> None:

@@ -45,8 +45,6 @@ from tests.integration.adapter_support import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 YEARLY = "0 0 1 1 *"
 """A cron that never comes due during a test: every admit seen is a request's."""
 

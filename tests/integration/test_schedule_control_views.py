@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from qlsched.admin import pause, resume
 from qlsched.cluster.root import open_cluster_control
 from qlsched.core.control import Resumed
@@ -24,8 +22,6 @@ from tests.integration.cluster_support import (
 )
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 HOURLY = "0 * * * *"
 

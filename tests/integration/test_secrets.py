@@ -33,7 +33,7 @@ from qlsched.embedded import EmbeddedError, EmbeddedPostgres, start_embedded
 from tests.integration.schema_support import execute, fetchval, unique_name
 from tests.support.pg import in_ci
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MARK: Final = "QLMARK7z"
 SU_PASSWORD: Final = MARK + "-su @x/y"

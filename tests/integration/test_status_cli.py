@@ -23,8 +23,6 @@ from tests.integration.cluster_support import PROJECT, open_superuser, publish_t
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 ROW_KEYS = {
     "project_id",
     "trigger_id",

@@ -84,7 +84,7 @@ from tests.support.faults import (
     seed_cursors,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SOAK_SECONDS = float(os.environ.get("QLSCHED_SOAK_SECONDS") or 60)
 CHURN = "churn"

@@ -10,14 +10,14 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
 
-import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 import qlsched.core.spec_cache as spec_cache_module
+import qlsched.engine.round as coordinator_module
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import ConfigError
 from qlsched.core.cron import CronSchedule
+from qlsched.engine.stats import RoundStats
 from tests.lifecycle.conftest import (
     BASE_MS,
     MINUTE_MS,
@@ -27,8 +27,6 @@ from tests.lifecycle.conftest import (
     on,
 )
 from tests.support.memory_store import MemoryStore
-
-pytestmark = pytest.mark.lifecycle
 
 TICK_MS = BASE_MS - 30_000
 """The cron tick (every minute) just before the store's time at Trio time 0."""

@@ -28,8 +28,6 @@ from tests.lifecycle.conftest import (
 )
 from tests.support.memory_store import MemoryStore
 
-pytestmark = pytest.mark.lifecycle
-
 TICK_MS = BASE_MS - 30_000
 SECRET = "password=hunter2 host=10.1.2.3"
 

@@ -183,7 +183,8 @@ BAD = [
     pytest.param(["* * * * *", "-n", "-3"], "qlsched next: -n: must be at least 1", id="n-neg"),
     pytest.param(
         ["* * * * *", "--jitter-ms", "60000", "--trigger", "p/t"],
-        "qlsched next: --jitter-ms: 60000 is not below the shortest period between occurrences,"
+        "qlsched next: --jitter-ms: 60000 is not below the trigger's shortest period between"
+        " occurrences,"
         " 60000 ms (1 min)",
         id="jitter-period",
     ),

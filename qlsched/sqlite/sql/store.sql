@@ -79,3 +79,14 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timez
   JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id
  LIMIT ?1;
+
+-- name: schedules_list_after
+-- /v1/schedules' next page: the rows after key (?1 project, ?2 trigger), ?3 limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
+       s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
+       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
+  FROM trigger_schedules AS s
+  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ WHERE (s.project_id, s.trigger_id) > (?1, ?2)
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT ?3;

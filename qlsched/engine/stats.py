@@ -69,5 +69,11 @@ class RoundStats(RoundCounts, frozen=True, kw_only=True):  # type: ignore[misc]
         )
 
     @property
+    def written(self) -> int:
+        """Cursors the round moved (admitted, initialized or skipped): the Edge runs the
+        next round at once while a full round still moves some."""
+        return self.admitted + self.initialized + self.skipped
+
+    @property
     def races_lost(self) -> int:
         return sum(self.fence_lost.values())

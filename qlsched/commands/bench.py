@@ -32,6 +32,7 @@ from qlsched.embedded import EmbeddedError, find_bindir, open_embedded
 from qlsched.postgres.dsn import password_of, redact, user_of, with_credentials
 from qlsched.postgres.initdb import init_db
 from qlsched.postgres.pool import Connection, connect_once
+from qlsched.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.bench.ceiling import CeilingFailed
 from qlsched.tools.bench.machine import machine
 from qlsched.tools.bench.render import render
@@ -41,7 +42,6 @@ from qlsched.tools.bench.runner import Target, run_bench, run_sweep_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
 from qlsched.tools.bench.sweep import SweepReport, draw_sweep, parse_counts, render_sweep
 from qlsched.tools.fleet import ReplicaFailed
-from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.verify import drop_database
 
 MAX_TRIGGERS = 1_000_000
@@ -120,14 +120,73 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
+def plot_command(plot_dir: str | None, from_json: str | None) -> int | None:
+    """Checks before a run (None: go on and run the bench), or the whole of
+    ``--plot DIR --from-json FILE`` (its exit code). The charts module is imported only
+    here: matplotlib is an optional extra."""
+    from qlsched.tools.bench.plot import INSTALL, ChartInput, draw, have_matplotlib
+
+    if plot_dir is None:
+        return fail("bench", "--from-json needs --plot DIR", 2)
+    if not have_matplotlib():
+        return fail("bench", INSTALL, 2)
+    if from_json is None:
+        return None
+    try:
+        data = msgspec.json.decode(Path(from_json).read_bytes(), type=ChartInput)
+    except OSError as exc:
+        return fail("bench", f"--from-json {from_json}: {exc.strerror or exc}", 2)
+    except msgspec.DecodeError as exc:
+        return fail("bench", f"--from-json {from_json}: not a bench report ({exc})", 2)
+    for path in draw(data, Path(plot_dir)):
+        print(path)
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--triggers",
+        type=int,
+        default=10_000,
+        help="triggers in the drain, ceiling and steady phases (default 10000)",
+    )
+    p.add_argument("--replicas", type=int, default=2, help="replica processes (default 2)")
+    p.add_argument(
+        "--seconds", type=int, default=20, help="length of the steady phase (default 20)"
+    )
+    p.add_argument("--dsn", help="superuser DSN (default: an embedded database)")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--edge", action="store_true", help="the Edge profile's figures beside the cluster's"
+    )
+    p.add_argument("--cluster-json", help="with --edge: the cluster figures from this bench JSON")
+    p.add_argument("--no-cluster", action="store_true", help="with --edge: no cluster figures")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="also a 1,000,000-trigger burst and 100,000 triggers steady (several minutes)",
+    )
+    p.add_argument(
+        "--plot", metavar="DIR", help="write charts (PNG) to DIR (needs the bench extra)"
+    )
+    p.add_argument(
+        "--from-json", metavar="FILE", help="with --plot: chart a saved --json report, no run"
+    )
+    p.add_argument(
+        "--sweep",
+        metavar="R,R,...",
+        help="only the burst drain and its ceiling at each replica count, e.g. 1,2,4,8,16",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     if args.edge:
         from qlsched.tools.bench.edge import main as edge_main
 
         return edge_main(args)
     if args.plot is not None or args.from_json is not None:
-        from qlsched.tools.bench.plot import plot_command
-
         status = plot_command(args.plot, args.from_json)
         if status is not None:
             return status

@@ -13,6 +13,12 @@ from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.publish import publish
 
 
+def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
+    p.add_argument("file", help="the publish file (TOML), the cluster's format")
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--prune", action="store_true", help="disable triggers missing from the file")
+
+
 def run(args: argparse.Namespace, db: str) -> int:
     try:
         with open(args.file, "rb") as fh:

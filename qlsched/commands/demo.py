@@ -43,9 +43,10 @@ from qlsched.embedded import open_embedded
 from qlsched.postgres.dsn import redact
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.initdb import init_db
-from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
+from qlsched.postgres.timeouts import RoleTimeouts
+from qlsched.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.demo.kill import kill_one, stop_survivors
 from qlsched.tools.demo.monitor import Screen, Window, follow, monitor, read
 from qlsched.tools.demo.plan import (
@@ -68,7 +69,6 @@ from qlsched.tools.demo.replicas import DemoFleet
 from qlsched.tools.demo.summary import summary
 from qlsched.tools.demo.text import wrap
 from qlsched.tools.fleet import ReplicaFailed, wait_started
-from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
 from qlsched.tools.verify import (
     VerifyReport,
     drop_database,
@@ -132,11 +132,13 @@ async def _demo(target: Target, plan: Plan, fleet: DemoFleet) -> int:
             kill_at + 1.5,
             min(kill_at + plan.seconds * HUNT_SHARE, end - plan.lease_ms / 1000 - 2),
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(kill_one, w, kill_at, give_up)
-            await monitor(w, end)
-            nursery.cancel_scope.cancel()  # a kill still hunting at the end is moot
-        screen.done()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_one, w, kill_at, give_up)
+                await monitor(w, end)
+                nursery.cancel_scope.cancel()  # a kill still hunting at the end is moot
+        finally:
+            screen.done()
         stop_problems = await stop_survivors(fleet, plan, screen)
         w.observe(await read(db, read_schedule_states))
         w.runs = await read(db, runs_by_owner)
@@ -192,6 +194,13 @@ async def _drop(target: Target) -> None:
 
     await connect_once(target.superuser_dsn, fn)
     print(f"dropped database {target.database}", flush=True)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replicas", type=int, default=3, help="replica processes (default 3)")
+    p.add_argument("--seconds", type=int, default=30, help="how long to run (default 30)")
+    p.add_argument("--dsn", help="a superuser DSN to use instead of the embedded database")
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -11,8 +11,14 @@ import argparse
 
 from qlsched.admin.schedules import pause
 from qlsched.commands._common import run_command
-from qlsched.commands._control import admin_dsn, outcome_line
+from qlsched.commands.control.common import admin_dsn, outcome_line
+from qlsched.commands.options import add_actor_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_trigger_argument(p)
+    add_actor_options(p, "why (shown by status and /v1/schedules)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,24 +1,41 @@
-"""How a tool's Trio program (``bench``, ``demo``) meets SIGINT and SIGTERM.
+"""SIGINT and SIGTERM, in one module: the watcher of the long-running commands (``run``,
+``edge run``) and the way a tool's Trio program (``bench``, ``demo``) meets them.
 
-The work runs in a nursery beside a watch for the signals; the first one caught cancels
-the work (its own ``finally`` blocks clean up: replicas killed, a database dropped) and
-ends it as ``Interrupted``, which the command turns into exit 128 + the signal number.
-A failure of the work leaves the nursery as a group of one; ``single_leaf`` gives the
-command that one error to report.
+``watch_signals`` is started with ``nursery.start``, so its handlers are in place before the
+command says it is ready. ``run_until_signal`` runs a tool's work in a nursery beside that
+watch; the first signal caught cancels the work (its own ``finally`` blocks clean up:
+replicas killed, a database dropped) and ends it as ``Interrupted``, which the command turns
+into exit 128 + the signal number. A failure of the work leaves the nursery as a group of
+one; ``single_leaf`` gives the command that one error to report.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import trio
 
 from qlsched import exception_groups
-from qlsched.commands._signals import watch_signals
 
 T = TypeVar("T")
+
+
+async def watch_signals(
+    signums: Sequence[int],
+    on_signal: Callable[[int], None],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Call ``on_signal`` with the first of ``signums`` to arrive; until cancelled, the
+    ones after it are caught and ignored, so a second Ctrl-C cannot cut the stop short."""
+    with trio.open_signal_receiver(*signums) as signals:
+        task_status.started()
+        async for signum in signals:
+            on_signal(signum)
+            break
+        await trio.sleep_forever()
 
 
 class Interrupted(Exception):

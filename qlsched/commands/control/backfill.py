@@ -13,9 +13,23 @@ import argparse
 from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import backfill, check_range
-from qlsched.commands._requests import iso, iso_ms, record
+from qlsched.commands.control.requests import iso, iso_ms, record
+from qlsched.commands.options import add_actor_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_trigger_argument(p)
+    p.add_argument("--from", dest="start", required=True, help="ISO 8601 (UTC if bare)")
+    p.add_argument("--to", dest="end", required=True, help="ISO 8601 (UTC if bare)")
+    p.add_argument(
+        "--max",
+        type=int,
+        default=10_000,
+        help="refuse a range of more occurrences (default 10000, at most 1000000)",
+    )
+    add_actor_options(p, "why (kept with the request and shown by status)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -13,8 +13,21 @@ import argparse
 
 from qlsched.admin.schedules import resume
 from qlsched.commands._common import run_command
-from qlsched.commands._control import admin_dsn, outcome_line
+from qlsched.commands.control.common import admin_dsn, outcome_line
+from qlsched.commands.options import add_database_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_trigger_argument(p)
+    p.add_argument(
+        "--catch-up",
+        choices=("skip", "fire_once"),
+        default="skip",
+        help="skip: count what fell inside the pause (default); fire_once: fire its latest",
+    )
+    p.add_argument("--actor", help="who acts, recorded beside the database role")
+    add_database_options(p, role="admin")
 
 
 def main(args: argparse.Namespace) -> int:

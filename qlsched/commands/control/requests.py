@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from qlsched.commands._common import fail, run_command
-from qlsched.commands._control import admin_dsn
+from qlsched.commands.control.common import admin_dsn
 from qlsched.core.control import ControlError
 from qlsched.core.requests import NotRecorded, RecordResult
 

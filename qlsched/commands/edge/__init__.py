@@ -17,6 +17,26 @@ from qlsched.core.config import ConfigError
 from qlsched.core.specs import SpecError
 from qlsched.sqlite.errors import EdgeError
 
+SUBCOMMANDS = {
+    "publish": "publish a TOML file into the file",
+    "run": "run the scheduler on the file",
+    "status": "schedules and recent runs of the file",
+}
+DB_HELP = (
+    "the Edge database file (default: QLSCHED_EDGE_DB, else edge.sqlite3 under the user's"
+    " data directory, /var/lib/qlsched as root)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The subcommands; each declares its own flags (``add_arguments`` of its module)."""
+    sub = parser.add_subparsers(
+        dest="edge_command", metavar="SUBCOMMAND", required=True, help="publish, run or status"
+    )
+    for name, text in SUBCOMMANDS.items():
+        module = importlib.import_module("qlsched.commands.edge." + name)
+        module.add_arguments(sub.add_parser(name, help=text, description=text), DB_HELP)
+
 
 def default_db_path() -> str:
     """``QLSCHED_EDGE_DB``, else ``edge.sqlite3`` under ``/var/lib/qlsched`` as root, else
@@ -37,7 +57,7 @@ def fail(subcommand: str, message: str, code: int) -> int:
 
 def main(args: argparse.Namespace) -> int:
     name: str = args.edge_command
-    module = importlib.import_module("qlsched.commands.edge_" + name)
+    module = importlib.import_module("qlsched.commands.edge." + name)
     db = args.db or default_db_path()
     try:
         code: int = module.run(args, db)

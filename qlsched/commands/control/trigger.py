@@ -11,9 +11,15 @@ import argparse
 from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import trigger_now
-from qlsched.commands._requests import iso, record
+from qlsched.commands.control.requests import iso, record
+from qlsched.commands.options import add_actor_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_trigger_argument(p)
+    add_actor_options(p, "why (kept with the request and shown by status)")
 
 
 def main(args: argparse.Namespace) -> int:

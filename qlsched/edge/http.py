@@ -1,4 +1,8 @@
-"""``edge run --http``: /healthz, /readyz and /metrics over Trio's own ``serve_tcp``.
+"""``edge run --http``: /healthz, /readyz, /metrics and /v1/schedules over Trio's own
+``serve_tcp``.
+
+``/v1/schedules`` is the cluster's: the rows as JSON in key order, ``?limit=N`` (1..1000)
+and keyset pages through ``next_cursor`` / ``?cursor=`` (``qlsched.paging``).
 
 A minimal HTTP/1.0 responder (one request per connection, GET only, 8 KiB of headers at
 most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework.
@@ -7,29 +11,31 @@ Readiness is 503 until the scheduler runs its rounds and again once it stops.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Final
 
+import msgspec
 import trio
 
-from qlsched.core.config import ConfigError
+from qlsched.edge.scheduler import EdgeScheduler
+from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.metrics import Metrics
+from qlsched.paging import cursor_of, limit_of, page_of
 from qlsched.sqlite.errors import EdgeError
-from qlsched.sqlite.scheduler import EdgeScheduler
 
 MAX_HEAD: Final = 8192
 HEAD_TIMEOUT_S: Final = 5.0
-_REASONS: Final = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Unavailable"}
+_REASONS: Final = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Unavailable",
+}
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``ConfigError`` (exit 2) otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--http={text}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) -> None:
-    data = body.encode("utf-8")
+async def _respond(stream: trio.abc.Stream, status: int, body: str | bytes, ctype: str) -> None:
+    data = body if isinstance(body, bytes) else body.encode("utf-8")
     head = (
         f"HTTP/1.0 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
@@ -37,7 +43,7 @@ async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) 
     await stream.send_all(head.encode("ascii") + data)
 
 
-async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
+async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler, metrics: Metrics) -> None:
     head = b""
     with trio.move_on_after(HEAD_TIMEOUT_S):
         while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_HEAD:
@@ -48,7 +54,7 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
     parts = head.split(b"\r\n", 1)[0].split()
     if len(parts) < 2:
         return
-    method, path = parts[0], parts[1].split(b"?", 1)[0]
+    method, (path, _, query_string) = parts[0], parts[1].partition(b"?")
     if method != b"GET":
         await _respond(stream, 405, "GET only\n", "text/plain")
     elif path == b"/healthz":
@@ -59,13 +65,36 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
             stream, 200 if ready else 503, "ready\n" if ready else "not ready\n", "text/plain"
         )
     elif path == b"/metrics":
-        try:
-            backlog: int | None = await scheduler.store.due_backlog()
-        except EdgeError:
-            backlog = None
-        await _respond(stream, 200, scheduler.metrics.render(backlog), "text/plain; version=0.0.4")
+        with contextlib.suppress(EdgeError):  # the last count stays when the file is busy
+            metrics.set_due_backlog(await scheduler.store.due_backlog())
+        await _respond(stream, 200, metrics.render(), METRICS_CONTENT_TYPE)
+    elif path == b"/v1/schedules":
+        await _schedules(stream, scheduler, query_string)
     else:
         await _respond(stream, 404, "not found\n", "text/plain")
+
+
+async def _schedules(
+    stream: trio.abc.Stream, scheduler: EdgeScheduler, query_string: bytes
+) -> None:
+    limit, after = limit_of(query_string), cursor_of(query_string)
+    if limit is None:
+        await _respond(stream, 400, "limit must be an integer 1..1000\n", "text/plain")
+        return
+    if after is False:
+        text = "cursor must be a next_cursor value (PROJECT/TRIGGER)\n"
+        await _respond(stream, 400, text, "text/plain")
+        return
+    try:
+        if after is None:
+            rows = await scheduler.store.list_schedules(limit)
+        else:
+            rows = await scheduler.store.list_schedules_after(after, limit)
+    except EdgeError:
+        await _respond(stream, 503, "the file cannot be read now\n", "text/plain")
+        return
+    body = msgspec.json.encode(page_of(rows, limit)).decode()
+    await _respond(stream, 200, body, "application/json")
 
 
 async def open_http_listeners(host: str, port: int) -> list[trio.SocketListener]:
@@ -85,13 +114,15 @@ def bound_address(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     return str(sockname[0]), int(sockname[1])
 
 
-async def serve_http(scheduler: EdgeScheduler, listeners: list[trio.SocketListener]) -> None:
+async def serve_http(
+    scheduler: EdgeScheduler, metrics: Metrics, listeners: list[trio.SocketListener]
+) -> None:
     """Serve on ``listeners`` until cancelled. Ownership: closes the listeners."""
 
     async def handler(stream: trio.SocketStream) -> None:
         try:
             async with stream:
-                await _handle(stream, scheduler)
+                await _handle(stream, scheduler, metrics)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 

@@ -1,4 +1,5 @@
-"""Keyset pages of ``/v1/schedules``: the cursor a page hands out and how it is read back.
+"""Keyset pages of ``/v1/schedules`` (both profiles): the page size, the cursor a page
+hands out and how it is read back.
 
 A cursor is the last row's key, ``PROJECT/TRIGGER`` (ids never hold ``/``), so it is
 readable, stable across replicas and releases, and needs no state on the server. The next
@@ -19,6 +20,8 @@ from qlsched.core.specs import ID_RULE
 from qlsched.core.store import ScheduleView
 
 _CURSOR: Final = re.compile(rf"({ID_RULE})/({ID_RULE})")
+SCHEDULES_LIMIT_MAX: Final = 1000
+"""The largest page (and the default)."""
 
 
 class SchedulesPage(msgspec.Struct, frozen=True):
@@ -34,6 +37,18 @@ def cursor_of(query_string: bytes) -> tuple[str, str] | Literal[False] | None:
         return None
     match = _CURSOR.fullmatch(values[-1])
     return False if match is None else (match.group(1), match.group(2))
+
+
+def limit_of(query_string: bytes) -> int | None:
+    """``?limit=N`` (1..``SCHEDULES_LIMIT_MAX``; the largest when absent), None when bad."""
+    values = parse_qs(query_string.decode("latin-1")).get("limit")
+    if not values:
+        return SCHEDULES_LIMIT_MAX
+    try:
+        limit = int(values[-1])
+    except ValueError:
+        return None
+    return limit if 1 <= limit <= SCHEDULES_LIMIT_MAX else None
 
 
 def page_of(rows: list[ScheduleView], limit: int) -> SchedulesPage:
