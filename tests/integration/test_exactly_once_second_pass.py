@@ -20,7 +20,6 @@ import datetime as dt
 from typing import Any
 
 import msgspec
-import pytest
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
@@ -45,8 +44,6 @@ from tests.integration.cluster_support import wait_until
 from tests.integration.schema_support import run_cli
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 EVERY_SECOND = "* * * * * *"
 LEASE_MS = 30_000

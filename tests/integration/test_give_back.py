@@ -18,8 +18,6 @@ from qlsched.postgres.store import PostgresStore
 from tests.integration.adapter_support import Env, fire_for, one_project, open_env
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 LEASE_MS = 30_000
 
 

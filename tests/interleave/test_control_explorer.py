@@ -46,8 +46,6 @@ from tests.interleave.test_requests_explorer import (
 from tests.interleave.world import Raw, Replica, World
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 ACTORS = ("init", "pause", "resume", "resume_cron")
 BACKDATE_SQL = (
     "WITH s AS (UPDATE qlsched.trigger_schedules SET paused_at_ms = paused_at_ms - $2"
