@@ -211,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--pg-bindir", help="PostgreSQL server binaries to start it with")
         if action == "dsn":
             q.add_argument(
-                "role", metavar="ROLE", help="admin, runtime, worker_ingress, observer, superuser"
+                "role",
+                metavar="ROLE",
+                help="admin, runtime, worker_ingress, observer, worker, superuser",
             )
 
     p = subs["bench"]
