@@ -30,6 +30,9 @@ COMMANDS: dict[str, str] = {
     "backfill": "ask for the Runs of a trigger's occurrences in a past range (admin DSN)",
     "run": "run one cluster-control replica (runtime DSN)",
     "status": "schedules, claims, lag, backlog and recent runs (observer DSN)",
+    "work": "run queued Runs' commands as child processes (worker DSN)",
+    "cancel": "cancel a Run: queued at once, running via its worker (admin DSN)",
+    "runs": "the latest Runs with their Attempts (observer DSN)",
     "next": "preview the next fire times of a cron expression",
     "bench": "the project's benchmark, with the same-run pgbench ceiling",
     "local": "start, stop or show the local database that commands without a DSN share",
@@ -76,6 +79,31 @@ def _add_control_arguments(pause: argparse.ArgumentParser, resume: argparse.Argu
     for p in (pause, resume):
         p.add_argument("--actor", help="who acts, recorded beside the database role")
         _add_database_options(p, role="admin")
+
+
+def _add_work_arguments(
+    work: argparse.ArgumentParser, cancel: argparse.ArgumentParser, runs: argparse.ArgumentParser
+) -> None:
+    work.add_argument("--dsn", help="PostgreSQL DSN (worker; also QLSCHED_WORKER_DSN)")
+    for flag, text in (
+        ("--concurrency", "jobs at once (default 4)"),
+        ("--lease-ms", "the lease on each claimed Attempt (default 30000)"),
+        ("--stop-timeout-ms", "on SIGTERM, how long running jobs may finish (default 10000)"),
+        ("--poll-ms", "how often to look for queued Runs when idle (default 500)"),
+    ):
+        work.add_argument(flag, type=int, metavar="N", help=text)
+    work.add_argument("--worker-id", help="the name recorded on Attempts (default: random)")
+    work.add_argument("--pg-bindir", help="PostgreSQL server binaries for the local database")
+    work.add_argument("--data-dir", help="data directory of the local database")
+    cancel.add_argument("run_id", metavar="RUN_ID", help="the Run (a UUID, as `runs` shows)")
+    cancel.add_argument("--note", help="why (recorded in the audit)")
+    cancel.add_argument("--actor", help="who, recorded beside the database role")
+    _add_database_options(cancel, role="admin")
+    runs.add_argument("trigger", nargs="?", metavar="P/T", help="PROJECT/TRIGGER or PROJECT")
+    runs.add_argument("--state", help="queued, running, succeeded, failed or cancelled")
+    runs.add_argument("--limit", type=int, default=50, help="at most N runs (default 50)")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run")
+    _add_database_options(runs, role="observer")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = subs["status"]
     _add_database_options(p, role="observer")
     p.add_argument("--json", action="store_true", help="one JSON object")
+
+    _add_work_arguments(subs["work"], subs["cancel"], subs["runs"])
 
     p = subs["next"]
     p.add_argument("expression", metavar="EXPR", help="cron expression (5 or 6 fields, or @daily)")

@@ -175,3 +175,41 @@ CancelOutcome = CancelledQueued | CancelRequested | AlreadyFinished | UnknownRun
 def tail(text: str, limit: int = OUTPUT_TAIL_MAX_CHARS) -> str:
     """The last ``limit`` characters of ``text`` (a job's output is bounded when kept)."""
     return text[-limit:] if len(text) > limit else text
+
+
+# --- reading Runs (``qlsched runs``, status) ------------------------------------------------
+
+
+class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
+    attempt_no: int
+    state: str
+    worker_id: str | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    exit_code: int | None
+    result: str | None
+    error: str | None
+
+
+class RunView(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    project_id: str
+    trigger_id: str
+    task_id: str
+    state: str
+    scheduled_for_ms: int
+    idempotency_key: str
+    queued_at_ms: int | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    cancel_requested: bool
+    attempts: list[AttemptView]
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at_ms is None or self.finished_at_ms is None:
+            return None
+        return self.finished_at_ms - self.started_at_ms
+
+
+RUN_STATES = ("queued", "running", "succeeded", "failed", "cancelled")

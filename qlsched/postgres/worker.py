@@ -72,12 +72,21 @@ def _claimed(r: Any) -> ClaimedRun:
 
 
 async def claim(
-    db: Database, *, worker_id: str, session_id: str, limit: int, lease_ms: int
+    db: Database,
+    *,
+    worker_id: str,
+    session_id: str,
+    limit: int,
+    lease_ms: int,
+    tasks: list[str] | None = None,
 ) -> list[ClaimedRun]:
-    """Claim up to ``limit`` Runs for this worker (one statement, committed at once)."""
+    """Claim up to ``limit`` Runs for this worker (one statement, committed at once), of
+    the tasks named ``project/task`` in ``tasks`` (None: any)."""
 
     async def fn(conn: Connection) -> list[ClaimedRun]:
-        rows = await conn.fetch(query("worker_claim"), worker_id, session_id, limit, lease_ms)
+        rows = await conn.fetch(
+            query("worker_claim"), worker_id, session_id, limit, lease_ms, tasks
+        )
         return [_claimed(r) for r in rows]
 
     return await _resend(db, fn)

@@ -5,7 +5,7 @@
 
 -- name: worker_claim
 -- Take up to $3 claimable Runs (queued, back-off over, not asked to cancel, latest Attempt
--- pristine), oldest first, SKIP LOCKED: each Attempt becomes `running` for worker $1
+-- pristine; of the tasks 'project/task' in $5 unless NULL), oldest first, SKIP LOCKED: each Attempt becomes `running` for worker $1
 -- (session $2) under a fresh lease token expiring $4 ms from the database clock; the Run
 -- becomes `running` with a `run.running` event. Returns each with the payload to execute.
 WITH clock AS MATERIALIZED (
@@ -17,6 +17,7 @@ picked AS (
      WHERE r.state = 'queued'
        AND COALESCE(r.retry_at_ms, r.queued_at_ms) <= (SELECT c.now_ms FROM clock AS c)
        AND NOT r.cancel_requested
+       AND ($5::text[] IS NULL OR r.project_id || '/' || r.task_id = ANY ($5::text[]))
        AND EXISTS (SELECT 1 FROM qlsched.attempts AS a
                     WHERE a.run_id = r.run_id AND a.state = 'claimed'
                       AND a.worker_id IS NULL AND a.lease_id IS NULL
