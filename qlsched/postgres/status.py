@@ -17,6 +17,7 @@ from qlsched.postgres.control import with_controls
 from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.runs import run_state_counts, with_outcomes
 
 
 class RecentRun(msgspec.Struct, frozen=True):
@@ -70,12 +71,19 @@ class StatusReport(msgspec.Struct, frozen=True):
     due_backlog_limit: int = DUE_BACKLOG_LIMIT
     requests: list[StatusRequest] = msgspec.field(default_factory=list)
     """The latest trigger-now and backfill requests, pending ones first."""
+    runs_running: int = 0
+    """Runs a worker holds now (counted up to ``runs.RUN_COUNT_LIMIT``)."""
+    runs_failed: int = 0
+    """Runs that ended failed (counted up to ``runs.RUN_COUNT_LIMIT``)."""
 
 
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
     now_ms = int(await conn.fetchval(query("status_now_ms")))
     rows = await conn.fetch(query("status_schedules"), limit)
-    schedules = await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
+    schedules = await with_outcomes(
+        conn, await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
+    )
+    running, failed = await run_state_counts(conn)
     backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
     refused = await observe.refused_due_triggers(conn, limit=limit)
@@ -89,4 +97,6 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         due_backlog_capped=backlog.capped,
         due_backlog_limit=backlog.limit,
         requests=requests,
+        runs_running=running,
+        runs_failed=failed,
     )

@@ -26,6 +26,9 @@ from tests.support.pg import TestDatabase
 pytestmark = pytest.mark.integration
 
 ROW_KEYS = {
+    "last_outcome",
+    "last_duration_ms",
+    "last_finished_at_ms",
     "project_id",
     "trigger_id",
     "trigger_revision",
@@ -93,6 +96,8 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
         "recent_runs",
         "refused",
         "requests",
+        "runs_running",
+        "runs_failed",
     }
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]

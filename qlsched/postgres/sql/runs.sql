@@ -16,3 +16,26 @@ SELECT r.run_id::text, r.project_id, r.trigger_id, r.task_id, r.state, r.schedul
    AND ($3::text IS NULL OR r.state = $3)
  ORDER BY r.created_at_ms DESC, r.run_id DESC
  LIMIT $4;
+
+-- name: last_outcomes
+-- Per trigger (arrays $1 projects, $2 triggers) its latest finished Run: state, duration
+-- (first claim to end), end. Each walks runs_trigger_idx backwards from its newest Run.
+SELECT k.project_id, k.trigger_id, o.state, o.duration_ms, o.finished_at_ms
+  FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]))
+           AS k(project_id, trigger_id)
+ CROSS JOIN LATERAL (
+        SELECT r.state, r.finished_at_ms - r.started_at_ms AS duration_ms, r.finished_at_ms
+          FROM qlsched.runs AS r
+         WHERE r.project_id = k.project_id AND r.trigger_id = k.trigger_id
+           AND r.state IN ('succeeded', 'failed', 'cancelled')
+         ORDER BY r.scheduled_for_ms DESC
+         LIMIT 1
+       ) AS o;
+
+-- name: run_state_counts
+-- Runs running now and failed Runs, each counted up to $1 (a bound: status never walks
+-- the whole history).
+SELECT (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM qlsched.runs AS r
+          WHERE r.state = 'running' LIMIT $1) AS x)::int AS running,
+       (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM qlsched.runs AS r
+          WHERE r.state = 'failed' LIMIT $1) AS y)::int AS failed;
