@@ -93,6 +93,7 @@ def _add_work_arguments(
     ):
         work.add_argument(flag, type=int, metavar="N", help=text)
     work.add_argument("--worker-id", help="the name recorded on Attempts (default: random)")
+    work.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and /healthz here")
     work.add_argument("--pg-bindir", help="PostgreSQL server binaries for the local database")
     work.add_argument("--data-dir", help="data directory of the local database")
     cancel.add_argument("run_id", metavar="RUN_ID", help="the Run (a UUID, as `runs` shows)")

@@ -1,11 +1,14 @@
-"""``qlsched work [--dsn WORKER_DSN] [--concurrency N] [--lease-ms N] [--stop-timeout-ms N]``:
+"""``qlsched work [--dsn WORKER_DSN] [--concurrency N] [--lease-ms N] [--stop-timeout-ms N]
+[--http HOST:PORT]``:
 run queued Runs' commands as child processes (docs/contract.md §13), as ``qlsched_worker``.
 
 Without ``--dsn`` (or ``QLSCHED_WORKER_DSN``) it works the local database, like every other
 command. Before the first claim: the DSN's role is checked (another role is named, exit 2)
 and the schema must be ready (exit 1 otherwise). SIGINT/SIGTERM stop claiming at once, let
 running jobs finish within the stop timeout, then stop them (SIGTERM, SIGKILL after the
-grace) and leave their leases to expire. One line per finished job on stderr.
+grace) and leave their leases to expire. One line per finished job on stderr; with
+``--http``, Prometheus ``/metrics`` (claims, outcomes by code, durations, lost leases,
+retries).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from qlsched.postgres.login import WORKER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import check_readiness
 from qlsched.worker import WorkerConfig, WorkerMetrics, serve_worker
+from qlsched.worker.http import serve_worker_http
 
 DSN_ENV = "QLSCHED_WORKER_DSN"
 READINESS_LEASE_MS = 30_000
@@ -72,12 +76,16 @@ def _log(line: str) -> None:
     print(f"qlsched work: {line}", file=sys.stderr, flush=True)
 
 
-async def work(config: WorkerConfig) -> int:
+async def work(config: WorkerConfig, http: str | None = None) -> int:
     await connect_once(config.dsn, _check)
     stop = trio.Event()
     metrics = WorkerMetrics()
     async with trio.open_nursery() as nursery:
         await nursery.start(watch_signals, (signal.SIGINT, signal.SIGTERM), lambda _: stop.set())
+        if http is not None:
+            host, _, port = http.rpartition(":")
+            bound = await nursery.start(serve_worker_http, metrics, host.strip("[]"), int(port))
+            _log(f"metrics on {bound}/metrics")
         async with trio.open_nursery() as service:
             worker_id = await service.start(
                 partial(serve_worker, config, stop=stop, metrics=metrics, log=_log)
@@ -98,6 +106,16 @@ async def work(config: WorkerConfig) -> int:
     return 0
 
 
+def _http(value: str | None) -> str | None:
+    """``HOST:PORT`` checked before any connection (bad input, exit 2)."""
+    if value is None:
+        return None
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--http {value!r}: expected HOST:PORT")
+    return value
+
+
 def main(args: argparse.Namespace) -> int:
     async def body() -> int:
         dsn = args.dsn or os.environ.get(DSN_ENV)
@@ -105,6 +123,6 @@ def main(args: argparse.Namespace) -> int:
         if not dsn:
             dsn = await local_dsn("work", args.data_dir, args.pg_bindir, WORKER)
             config = msgspec.structs.replace(config, dsn=dsn)
-        return await work(config)
+        return await work(config, _http(args.http))
 
     return run_command("work", body)

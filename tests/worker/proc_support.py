@@ -28,7 +28,9 @@ class WorkerProcess:
         lease_ms: int = 3_000,
         stop_timeout_ms: int = 1_000,
         concurrency: int = 4,
+        extra: list[str] | None = None,
     ) -> None:
+        self.extra = list(extra or [])
         self.name = name
         self.dsn = dsn
         self.lease_ms = lease_ms
@@ -56,6 +58,7 @@ class WorkerProcess:
             str(self.stop_timeout_ms),
             "--poll-ms",
             "100",
+            *self.extra,
         ]
 
     async def start(self, *, timeout_s: float = 60.0) -> None:

@@ -5,8 +5,10 @@ SIGSTOPped worker past its lease cannot finish. Faults are real signals to real 
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -225,3 +227,26 @@ async def test_sigstopped_worker_past_its_lease_cannot_finish(env: Env, tmp_path
     assert (a["state"], a["error"]) == ("lost", "lease_expired")
     assert (await run_row(env, str(run.run_id)))["state"] == "failed"
     assert "run.succeeded" not in await events(env, str(run.run_id))
+
+
+async def test_worker_metrics_count_claims_outcomes_and_retries(env: Env, tmp_path: Path) -> None:
+    """Rule: `work --http` serves Prometheus metrics: claims, outcomes by code, job
+    durations and retries, as the jobs happened (a failing job retried once, then failed)."""
+    [run] = await admitted(env, 1, task(f"{PY} -c 'raise SystemExit(3)'", max_attempts=2))
+    w = WorkerProcess("w1", env.db.worker_dsn, tmp_path, extra=["--http", "127.0.0.1:0"])
+    try:
+        await w.start()
+        await wait_run_state(env, str(run.run_id), "failed")
+        [address] = re.findall(r"metrics on (http://\S+)/metrics", w.log())
+        text = await trio.to_thread.run_sync(_get, address + "/metrics")
+    finally:
+        await w.stop()
+    assert "qlsched_worker_claims_total 2.0" in text
+    assert 'qlsched_worker_outcomes_total{code="exit_nonzero"} 2.0' in text
+    assert "qlsched_worker_retries_total 1.0" in text
+    assert "qlsched_worker_job_seconds_count 2.0" in text
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
