@@ -1,7 +1,8 @@
 """One bench run, start to end: the phases in order, then the report.
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
-ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
+ratio compares like with like), the same-tick drain, the worker (no-op jobs per second),
+steady, scale (claim latency at each
 size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
@@ -42,6 +43,7 @@ from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
 from qlsched.tools.bench.targets import targets
+from qlsched.tools.bench.worker import worker_throughput
 
 T = TypeVar("T")
 
@@ -55,6 +57,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     """The bench database, as ``qlsched_runtime`` (replicas, pgbench, claim timings)."""
     observer_dsn: str
     """The bench database, as ``qlsched_observer`` (status, in the observe phase)."""
+    worker_dsn: str
+    """The bench database, as ``qlsched_worker`` (the worker phase)."""
     embedded: bool
     pgbench: Path
 
@@ -73,6 +77,7 @@ async def run_bench(
             db=db,
             runtime_dsn=target.runtime_dsn,
             observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
@@ -95,6 +100,7 @@ async def run_bench(
         drain = await timed("burst", burst(session))
         pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
         tick = await timed("same_tick", same_tick(session))
+        work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
@@ -133,6 +139,7 @@ async def run_bench(
         ),
         drain=drain,
         drain_same_tick=tick,
+        worker=work,
         steady=steady_result,
         claim_latency_us=claims,
         rss_mb={r.triggers: r.rss_mb for r in rss},
