@@ -151,6 +151,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "burst",
         "ceiling",
         "same_tick",
+        "worker",
         "steady",
         "scale",
         "publish",
