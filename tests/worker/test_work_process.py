@@ -250,3 +250,54 @@ async def test_worker_metrics_count_claims_outcomes_and_retries(env: Env, tmp_pa
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return str(response.read().decode())
+
+
+async def test_sigterm_lets_jobs_finish_within_the_stop_timeout(env: Env, tmp_path: Path) -> None:
+    """Rule: SIGTERM stops claiming at once; a job that ends within the stop timeout is
+    finished as usual (succeeded) and the worker exits 0."""
+    started = tmp_path / "started"
+    job = script(tmp_path, f"pathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(2)\n")
+    [run] = await admitted(env, 1, task(job))
+    w = WorkerProcess("w1", env.db.worker_dsn, tmp_path, lease_ms=10_000, stop_timeout_ms=8_000)
+    try:
+        await w.start()
+        await until(started.exists)
+        w.send(signal.SIGTERM)
+        assert w.proc is not None
+        with trio.fail_after(20):
+            code = await w.proc.wait()
+    finally:
+        await w.stop()
+    assert code == 0, w.log()
+    assert (await run_row(env, str(run.run_id)))["state"] == "succeeded"
+
+
+async def test_sigterm_past_the_stop_timeout_stops_jobs_and_leaves_leases(
+    env: Env, tmp_path: Path
+) -> None:
+    """Rule: a job still running at the stop timeout is stopped (the child is gone) and
+    not finished: its Attempt stays running under its lease, for the next worker to mark
+    lost once it expires."""
+    pidfile = tmp_path / "pid"
+    job = script(
+        tmp_path,
+        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(60)\n",
+    )
+    [run] = await admitted(env, 1, task(job))
+    w = WorkerProcess("w1", env.db.worker_dsn, tmp_path, lease_ms=30_000, stop_timeout_ms=500)
+    try:
+        await w.start()
+        await until(pidfile.exists)
+        w.send(signal.SIGTERM)
+        assert w.proc is not None
+        with trio.fail_after(20):
+            code = await w.proc.wait()
+    finally:
+        await w.stop()
+        if pidfile.exists():
+            kill_if_alive(int(pidfile.read_text()))
+    assert code == 0, w.log()
+    assert not pid_alive(int(pidfile.read_text()))
+    [a] = await attempts(env, str(run.run_id))
+    assert (a["state"], a["finished_at_ms"]) == ("running", None)
+    assert a["lease_expires_at_ms"] > await env.now_ms()
