@@ -49,6 +49,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "qlsched.commands.status",
         "schedules, claims, lag, backlog and recent runs (observer DSN)",
     ),
+    "work": (
+        "qlsched.commands.work",
+        "run queued Runs' commands as child processes (worker DSN)",
+    ),
+    "cancel": (
+        "qlsched.commands.cancel",
+        "cancel a Run: queued at once, running via its worker (admin DSN)",
+    ),
+    "runs": ("qlsched.commands.runs", "the latest Runs with their Attempts (observer DSN)"),
     "next": ("qlsched.commands.next", "preview the next fire times of a cron expression"),
     "bench": (
         "qlsched.commands.bench",

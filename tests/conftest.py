@@ -29,6 +29,7 @@ FOLDER_MARKERS = {
     "interleave": "interleave",
     "lifecycle": "lifecycle",
     "unit": "unit",
+    "worker": "integration",
 }
 """Each test folder's marker (registered in pyproject.toml), applied here by folder so a
 new file cannot forget it: ``-m`` selects a suite the way the layout shows it."""

@@ -82,6 +82,7 @@ async def _bench(
         initialised = await init_db(superuser_dsn, database=database, want_passwords=want_passwords)
         runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
         observer = next(r.dsn for r in initialised.roles if r.role == "qlsched_observer")
+        worker = next(r.dsn for r in initialised.roles if r.role == "qlsched_worker")
         target = Target(
             superuser_dsn=with_credentials(
                 superuser_dsn,
@@ -91,6 +92,7 @@ async def _bench(
             ),
             runtime_dsn=runtime,
             observer_dsn=observer,
+            worker_dsn=worker,
             embedded=embedded,
             pgbench=pgbench,
         )

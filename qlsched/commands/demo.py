@@ -16,7 +16,9 @@ What it does, in order:
    expires, then a survivor takes them over.
 5. After ``--seconds``, the survivors are stopped in order (SIGTERM, then SIGKILL only past
    their stop deadline plus slack, which is reported), and ``verify_exactly_once`` audits
-   the database. Exit 0 only if it holds (0 duplicates, 0 lost, every Run well-formed).
+   the database.
+6. A worker (``qlsched work``'s service) runs every queued Run's command. Exit 0 only if
+   the audit holds (0 duplicates, 0 lost, every Run well-formed) and every Run succeeded.
 
 Ownership: every process the demo starts is its own, tracked by pid and reaped before it
 returns; a guardian process (``qlsched.tools.fleet``) SIGKILLs the replicas and removes their
@@ -47,6 +49,7 @@ from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.timeouts import RoleTimeouts
 from qlsched.signals import Interrupted, run_until_signal, single_leaf
+from qlsched.tools.demo.jobs import jobs_lines, run_jobs
 from qlsched.tools.demo.kill import kill_one, stop_survivors
 from qlsched.tools.demo.monitor import Screen, Window, follow, monitor, read
 from qlsched.tools.demo.plan import (
@@ -148,9 +151,14 @@ async def _demo(target: Target, plan: Plan, fleet: DemoFleet) -> int:
             return await verify_exactly_once(conn, first_cursors=w.first_cursors)
 
         verified = await read(db, verify)
+        print("running the queued Runs' jobs with a worker ...", flush=True)
+        jobs = await run_jobs(dsns["qlsched_worker"], db)
     for line in summary(w, verified, stop_problems, source, len(spec.triggers)):
         print(line, flush=True)
-    return 0 if verified.ok else 1
+    for line in jobs_lines(jobs):
+        print(line, flush=True)
+    done = jobs.by_state.get("succeeded", 0) == sum(jobs.by_state.values())
+    return 0 if verified.ok and done else 1
 
 
 def _password_hint() -> str:

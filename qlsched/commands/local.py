@@ -6,8 +6,8 @@ and ``~/.local/share/qlsched/pgdata`` otherwise). The first command that needs i
 it; it then keeps running, shared by every terminal, until ``local stop``.
 
 ``status`` exits 0 when it runs, 1 when it does not. ``dsn ROLE`` prints a DSN for
-``admin``, ``runtime``, ``worker_ingress``, ``observer`` or ``superuser`` that works from
-any process of this user while the server runs (starting it if needed).
+``admin``, ``runtime``, ``worker_ingress``, ``observer``, ``worker`` or ``superuser`` that
+works from any process of this user while the server runs (starting it if needed).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         q.add_argument("--pg-bindir", help="PostgreSQL server binaries to start it with")
         if action == "dsn":
             q.add_argument(
-                "role", metavar="ROLE", help="admin, runtime, worker_ingress, observer, superuser"
+                "role",
+                metavar="ROLE",
+                help="admin, runtime, worker_ingress, observer, worker, superuser",
             )
 
 

@@ -56,6 +56,20 @@ def control_lines(report: StatusReport) -> list[str]:
     return lines
 
 
+def outcome_lines(report: StatusReport) -> list[str]:
+    """The worker's side: running and failed Runs, and each trigger's last outcome."""
+    lines = [f"runs: {report.runs_running} running, {report.runs_failed} failed"]
+    for s in report.schedules:
+        if s.last_outcome is None:
+            continue
+        took = "" if s.last_duration_ms is None else f" in {s.last_duration_ms} ms"
+        lines.append(
+            f"  last run {s.project_id}/{s.trigger_id}: {s.last_outcome}{took}"
+            f" at {iso(s.last_finished_at_ms)}"
+        )
+    return lines
+
+
 def _backlog(report: StatusReport) -> str:
     """The bounded count: ``1000+ (counted up to 1000)`` when more rows are due."""
     if not report.due_backlog_capped:
@@ -121,6 +135,8 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         )
     for q in report.requests:
         console.print(_request_line(q), markup=False)
+    for line in outcome_lines(report):
+        console.print(line, markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         console.print(recent_run_line(r), markup=False)

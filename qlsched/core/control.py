@@ -22,7 +22,7 @@ NOTE_MAX_CHARS: Final = 1000
 """``note`` and ``pause_note``: length BETWEEN 1 AND 1000."""
 ACTOR_MAX_CHARS: Final = 200
 """``schedule_actions.actor_label``: length BETWEEN 1 AND 200."""
-ACTION_KINDS: Final = ("pause", "resume", "trigger", "backfill")
+ACTION_KINDS: Final = ("pause", "resume", "trigger", "backfill", "cancel")
 """The kinds of ``schedule_actions`` rows this version writes (metrics show each, even at 0)."""
 RECENT_ACTIONS: Final = 3
 """How many of a trigger's latest actions status and ``/v1/schedules`` show."""

@@ -89,6 +89,12 @@ class ScheduleRow(msgspec.Struct, frozen=True):
     """Occurrences that fell inside pauses and did not run."""
     actions: list[ScheduleAction] = msgspec.field(default_factory=list)
     """The latest control actions, newest first."""
+    last_outcome: str | None = None
+    """The state of the trigger's latest finished Run (succeeded, failed, cancelled), as a
+    worker left it; None before any finished (always None on Edge, which has no worker)."""
+    last_duration_ms: int | None = None
+    """That Run's time from its first claim by a worker to its end."""
+    last_finished_at_ms: int | None = None
 
 
 class ScheduleView(ScheduleRow, frozen=True, kw_only=True):

@@ -34,7 +34,13 @@ from qlsched.postgres.pool import Connection, connect, connect_once
 from qlsched.postgres.queries import query
 from qlsched.postgres.timeouts import RoleTimeouts
 
-LOGIN_ROLES = ("qlsched_admin", "qlsched_runtime", "qlsched_worker_ingress", "qlsched_observer")
+LOGIN_ROLES = (
+    "qlsched_admin",
+    "qlsched_runtime",
+    "qlsched_worker_ingress",
+    "qlsched_observer",
+    "qlsched_worker",
+)
 SCRAM_ITERATIONS = 4096
 CONNECT_TIMEOUT = 10.0
 # duplicate_database, duplicate_object, unique_violation (pg_database/pg_authid indexes):

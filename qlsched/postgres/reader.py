@@ -19,6 +19,7 @@ from qlsched.postgres import observe
 from qlsched.postgres.control import read_action_totals, with_controls
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
+from qlsched.postgres.runs import with_outcomes
 from qlsched.postgres.status import STUCK_AFTER
 
 HTTP_POOL_SIZE: Final = 2
@@ -44,7 +45,7 @@ class PostgresReader:
 
         async def fn(conn: Connection) -> list[ScheduleView]:
             views = [ScheduleView(**dict(r)) for r in await conn.fetch(sql, limit)]
-            return await with_controls(conn, views)
+            return await with_outcomes(conn, await with_controls(conn, views))
 
         return await self._db.run(fn)
 
@@ -52,9 +53,8 @@ class PostgresReader:
         self, after: tuple[str, str], limit: int = 1000
     ) -> list[ScheduleView]:
         async def fn(conn: Connection) -> list[ScheduleView]:
-            return await with_controls(
-                conn, await observe.schedules_after(conn, after, limit=limit)
-            )
+            views = await observe.schedules_after(conn, after, limit=limit)
+            return await with_outcomes(conn, await with_controls(conn, views))
 
         return await self._db.run(fn)
 

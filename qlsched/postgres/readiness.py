@@ -7,7 +7,8 @@ reference comes from and why the schema's owner cannot forge it): relations, col
 types, defaults and nullability, constraints and indexes by definition, triggers, rules,
 policies and row-level security, functions by body, and every grant with its grant option
 (an extra grant fails as surely as a missing one). Besides: the database's own grants as
-the bootstrap sets them (CONNECT for admin, runtime and observer, nothing for PUBLIC), no
+the bootstrap sets them (CONNECT for admin, runtime, observer and worker, nothing for
+PUBLIC), no
 role with superuser/createrole/createdb/replication/bypassrls/inherit, no membership in
 either direction (no qlsched role in another role, no role in a qlsched role), EXECUTE kept
 from PUBLIC by default privileges, every SECURITY DEFINER function with a pinned
@@ -57,16 +58,17 @@ ROLES = (
     "qlsched_runtime",
     "qlsched_worker_ingress",
     "qlsched_observer",
+    "qlsched_worker",
 )
 LOGIN_ROLES = frozenset(ROLES) - {"qlsched_owner"}
 
 
 def expected_database_grants(database: str) -> dict[Grant, bool]:
     """The bootstrap's grants on the database itself (they name it, so no migration does):
-    CONNECT for the three LOGIN roles that need it, nothing for PUBLIC."""
+    CONNECT for the four LOGIN roles that need it, nothing for PUBLIC."""
     return {
         ("database", database, None, role, "CONNECT"): False
-        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer")
+        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer", "qlsched_worker")
     }
 
 

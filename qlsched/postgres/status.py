@@ -18,6 +18,7 @@ from qlsched.postgres.control import with_controls
 from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.runs import run_state_counts, with_outcomes
 
 
 class RecentRun(msgspec.Struct, frozen=True):
@@ -97,6 +98,10 @@ class StatusReport(msgspec.Struct, frozen=True):
     """The latest trigger-now and backfill requests, pending ones first."""
     failing: list[FailingRow] = msgspec.field(default_factory=list)
     """Rows whose last admits failed (``stuck`` from ``STUCK_AFTER`` in a row)."""
+    runs_running: int = 0
+    """Runs a worker holds now (counted up to ``runs.RUN_COUNT_LIMIT``)."""
+    runs_failed: int = 0
+    """Runs that ended failed (counted up to ``runs.RUN_COUNT_LIMIT``)."""
 
 
 async def failing_rows(conn: Connection, *, limit: int = 100) -> list[FailingRow]:
@@ -107,7 +112,10 @@ async def failing_rows(conn: Connection, *, limit: int = 100) -> list[FailingRow
 async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
     now_ms = int(await conn.fetchval(query("status_now_ms")))
     rows = await conn.fetch(query("status_schedules"), limit)
-    schedules = await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
+    schedules = await with_outcomes(
+        conn, await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
+    )
+    running, failed = await run_state_counts(conn)
     backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
     refused = await observe.refused_due_triggers(conn, limit=limit)
@@ -122,4 +130,6 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         due_backlog_limit=backlog.limit,
         requests=requests,
         failing=await failing_rows(conn),
+        runs_running=running,
+        runs_failed=failed,
     )

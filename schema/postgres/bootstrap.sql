@@ -14,14 +14,14 @@ BEGIN
         CREATE ROLE qlsched_owner NOLOGIN;
     END IF;
     FOREACH r IN ARRAY ARRAY['qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress',
-                             'qlsched_observer'] LOOP
+                             'qlsched_observer', 'qlsched_worker'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             EXECUTE pg_catalog.format('CREATE ROLE %I LOGIN', r);
         END IF;
     END LOOP;
     -- Least privilege, re-asserted on every run (fail closed if someone widened a role).
     FOREACH r IN ARRAY ARRAY['qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                             'qlsched_worker_ingress', 'qlsched_observer'] LOOP
+                             'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker'] LOOP
         EXECUTE pg_catalog.format(
             'ALTER ROLE %I NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS '
             'NOINHERIT', r);
@@ -39,7 +39,7 @@ BEGIN
     EXECUTE pg_catalog.format('REVOKE ALL ON DATABASE %I FROM PUBLIC', pg_catalog.current_database());
     EXECUTE pg_catalog.format('REVOKE ALL ON DATABASE %I FROM qlsched_worker_ingress, qlsched_owner',
         pg_catalog.current_database());
-    EXECUTE pg_catalog.format('GRANT CONNECT ON DATABASE %I TO qlsched_admin, qlsched_runtime, qlsched_observer',
+    EXECUTE pg_catalog.format('GRANT CONNECT ON DATABASE %I TO qlsched_admin, qlsched_runtime, qlsched_observer, qlsched_worker',
         pg_catalog.current_database());
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'public') THEN
         REVOKE CREATE ON SCHEMA public FROM PUBLIC;

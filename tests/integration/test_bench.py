@@ -57,7 +57,8 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
     having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
     replicas' CPU per occurrence, the publish phase, the observe phase's three reads with
-    the bounded backlog, the drain's progress; with ``--scale`` the big burst, on the
+    the bounded backlog, the drain's progress; the worker's no-op jobs per second at
+    concurrency 1 and N, every job succeeded; with ``--scale`` the big burst, on the
     observe phase's triggers, and the big steady load, audited set-based; each phase's wall
     time), 0 duplicates and 0 lost in each drain and in steady."""
     proc = subprocess.run(
@@ -124,6 +125,12 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert punctual["cadence_ms"] == 1000
     assert "on_time" in report["targets"]
 
+    worker = report["worker"]
+    assert worker["concurrent"]["succeeded"] == worker["concurrent"]["jobs"] > 0
+    assert worker["floor"]["succeeded"] == worker["floor"]["jobs"] > 0
+    assert worker["concurrent"]["jobs_per_s"] > 0
+    assert "ratio" in worker
+
     decision = report["decision_cost"]
     assert decision["exact"] is True
     assert decision["coalesced"] == decision["expected_coalesced"] == 365 * 86_400
@@ -155,6 +162,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "burst",
         "ceiling",
         "same_tick",
+        "worker",
         "steady",
         "on_time",
         "scale",

@@ -85,7 +85,7 @@ def test_init_db_creates_database_roles_schema_and_prints_dsns(pg_cluster: PgClu
         dsns = role_lines(result.stdout)
         for role in LOGIN_ROLES:
             assert dsns[role] == pg_cluster.dsn(name, role)
-        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
+        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer", "qlsched_worker"):
             assert login(dsns[role]) == role
             assert fetchval(dsns[role], "SELECT current_database()") == name
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
@@ -310,7 +310,8 @@ def _clear_passwords(server: EmbeddedPostgres) -> None:
         server.dsn(),
         "DO $$ DECLARE r text; BEGIN"
         " FOR r IN SELECT rolname FROM pg_catalog.pg_roles WHERE rolname IN"
-        " ('qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress', 'qlsched_observer')"
+        " ('qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress', 'qlsched_observer',"
+        " 'qlsched_worker')"
         " LOOP EXECUTE pg_catalog.format('ALTER ROLE %I PASSWORD NULL', r); END LOOP; END $$",
     )
 
@@ -346,7 +347,7 @@ def test_generated_passwords_are_scram_and_log_in(tcp_server: EmbeddedPostgres) 
         assert (stored[role] or "").startswith("SCRAM-SHA-256$4096:"), role
 
     printed = {role: line.removesuffix(GENERATED) for role, line in dsns.items()}
-    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
+    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer", "qlsched_worker"):
         assert login(printed[role]) == role
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         login(printed["qlsched_worker_ingress"])

@@ -43,6 +43,7 @@ ROLE_PASSWORDS: Final = {
     "QLSCHED_ADMIN_PASSWORD": MARK + "-admin",
     "QLSCHED_RUNTIME_PASSWORD": MARK + "-runtime",
     "QLSCHED_OBSERVER_PASSWORD": MARK + "-observer",
+    "QLSCHED_WORKER_PASSWORD": MARK + "-worker",
 }
 HTTP_TOKEN: Final = MARK + "-token"
 GENERATED: Final = "  (generated password: shown only now)"

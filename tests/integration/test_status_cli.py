@@ -24,6 +24,9 @@ from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
 ROW_KEYS = {
+    "last_outcome",
+    "last_duration_ms",
+    "last_finished_at_ms",
     "project_id",
     "trigger_id",
     "trigger_revision",
@@ -92,6 +95,8 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
         "refused",
         "requests",
         "failing",
+        "runs_running",
+        "runs_failed",
     }
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]

@@ -70,6 +70,14 @@ def render(report: BenchReport) -> str:
     out += _drain_lines("burst drain", report.drain)
     out.append("")
     out += _drain_lines("same cron tick", report.drain_same_tick)
+    if report.worker is not None:
+        w = report.worker
+        out += [
+            "",
+            f"worker: no-op jobs (`true` as a child process), {w.concurrent.jobs} Runs",
+            f"  {w.concurrent.jobs_per_s} jobs/s at concurrency {w.concurrent.concurrency};"
+            f" {w.floor.jobs_per_s} jobs/s at concurrency 1 (the floor); ratio {w.ratio}",
+        ]
     s = report.steady
     out += [
         "",

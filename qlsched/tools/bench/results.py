@@ -15,6 +15,7 @@ import msgspec
 
 from qlsched.tools.bench.machine import CpuUse, Load, Machine
 from qlsched.tools.bench.scale_results import ObserveResult, Progress, ScaleResult
+from qlsched.tools.bench.worker_results import WorkerThroughput
 
 
 class Lag(msgspec.Struct, frozen=True):
@@ -316,6 +317,8 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """status, /metrics and /v1/schedules over big tables (observe phase)."""
     scale: ScaleResult | None = None
     """The million-trigger burst and the 100,000-trigger steady load (``--scale``)."""
+    worker: WorkerThroughput | None = None
+    """No-op jobs per second a worker runs, at concurrency 1 and N (worker phase)."""
     exactly_once: bool
     """No duplicate, lost or malformed Run in any replica phase."""
     seconds: float

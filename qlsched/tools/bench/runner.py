@@ -1,10 +1,10 @@
 """One bench run, start to end: the phases in order, then the report.
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
-ratio compares like with like), the same-tick drain, steady, on_time (every-second
-triggers at the default settings), scale (claim latency at each
-size and the replicas' RSS), publish (a large file, twice), publish_load (the steady load
-while a large file of new triggers is published and initialised), then costs (a decision a year
+ratio compares like with like), the same-tick drain, the worker (no-op jobs per second),
+steady, on_time (every-second triggers at the default settings), scale (claim latency at
+each size and the replicas' RSS), publish (a large file, twice), publish_load (the steady
+load while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
@@ -47,6 +47,7 @@ from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
 from qlsched.tools.bench.sweep import SweepReport, sweep
 from qlsched.tools.bench.targets import on_time_targets, publish_load_targets, targets
+from qlsched.tools.bench.worker import worker_throughput
 
 T = TypeVar("T")
 
@@ -60,6 +61,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     """The bench database, as ``qlsched_runtime`` (replicas, pgbench, claim timings)."""
     observer_dsn: str
     """The bench database, as ``qlsched_observer`` (status, in the observe phase)."""
+    worker_dsn: str
+    """The bench database, as ``qlsched_worker`` (the worker phase)."""
     embedded: bool
     pgbench: Path
 
@@ -78,6 +81,7 @@ async def run_bench(
             db=db,
             runtime_dsn=target.runtime_dsn,
             observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
@@ -100,6 +104,7 @@ async def run_bench(
         drain = await timed("burst", burst(session))
         pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
         tick = await timed("same_tick", same_tick(session))
+        work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
         punctual = await timed("on_time", on_time(session))
         claims, rss = await timed("scale", scale(session))
@@ -140,6 +145,7 @@ async def run_bench(
         ),
         drain=drain,
         drain_same_tick=tick,
+        worker=work,
         steady=steady_result,
         claim_latency_us=claims,
         rss_mb={r.triggers: r.rss_mb for r in rss},
@@ -187,6 +193,7 @@ async def run_sweep_bench(
             db=db,
             runtime_dsn=target.runtime_dsn,
             observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
