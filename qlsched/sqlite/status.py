@@ -54,6 +54,9 @@ def schedule_views(
             dst_fold=r[11],
             jitter_ms=r[12],
             due_at_ms=r[13],
+            paused_at_ms=r[14],
+            pause_note=r[15],
+            paused_total=r[16],
         )
         for r in (
             conn.execute(query("schedules_list"), (limit,))

@@ -62,10 +62,12 @@ def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
         return RevisionChanged(p, t, part="trigger")
     if project_state != "active":
         return Inactive(p, t, reason="project_archived")
-    if not enabled or not active:
+    if not enabled:
         return Inactive(p, t, reason="trigger_disabled")
     if state_version != claim.state_version:
-        return FenceLost(p, t, part="state")
+        return FenceLost(p, t, part="state")  # a round, a publish or a pause wrote it since
+    if not active:
+        return Inactive(p, t, reason="trigger_disabled")
     if cursor != claim.cursor_ms:
         return RevisionChanged(p, t, part="cursor")
     return FenceLost(p, t, part="state")

@@ -164,7 +164,9 @@ def test_an_edge_file_from_before_jitter_is_due_at_its_cursors(
     try:
         assert read(Path(path), "SELECT revision, jitter_ms FROM triggers") == [(1, 0)]
         assert schedule(db) == [(TEN, TEN)]
-        assert read(Path(path), "SELECT max(version) FROM schema_migrations") == [(8,)]
+        assert read(Path(path), "SELECT count(*) FROM schema_migrations WHERE version = 8") == [
+            (1,)
+        ]
         [claim] = trio.run(lambda: SqliteStore(db).claim("edge", 1, 30_000))
         assert (claim.cursor_ms, claim.state_version, claim.jitter) == (TEN, 7, None)
     finally:

@@ -11,7 +11,8 @@ import argparse
 
 from qlsched.admin.schedules import pause
 from qlsched.commands._common import run_command
-from qlsched.commands.control.common import admin_dsn, outcome_line
+from qlsched.commands.control.common import admin_dsn
+from qlsched.commands.control.lines import outcome_line
 from qlsched.commands.options import add_actor_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
 

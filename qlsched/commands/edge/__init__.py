@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from qlsched.core.config import ConfigError
+from qlsched.core.control import ControlError
 from qlsched.core.specs import SpecError
 from qlsched.sqlite.errors import EdgeError
 
@@ -21,6 +22,8 @@ SUBCOMMANDS = {
     "publish": "publish a TOML file into the file",
     "run": "run the scheduler on the file",
     "status": "schedules and recent runs of the file",
+    "pause": "stop scheduling a trigger until it is resumed",
+    "resume": "schedule a paused trigger again, counting what fell inside",
 }
 DB_HELP = (
     "the Edge database file (default: QLSCHED_EDGE_DB, else edge.sqlite3 under the user's"
@@ -31,7 +34,10 @@ DB_HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The subcommands; each declares its own flags (``add_arguments`` of its module)."""
     sub = parser.add_subparsers(
-        dest="edge_command", metavar="SUBCOMMAND", required=True, help="publish, run or status"
+        dest="edge_command",
+        metavar="SUBCOMMAND",
+        required=True,
+        help="publish, run, status, pause or resume",
     )
     for name, text in SUBCOMMANDS.items():
         module = importlib.import_module("qlsched.commands.edge." + name)
@@ -61,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     db = args.db or default_db_path()
     try:
         code: int = module.run(args, db)
-    except (SpecError, ConfigError) as exc:
+    except (SpecError, ConfigError, ControlError) as exc:
         return fail(name, str(exc), 2)
     except EdgeError as exc:
         return fail(name, str(exc), 1)
