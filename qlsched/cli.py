@@ -67,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "qlsched.commands.local",
         "start, stop or show the local database that commands without a DSN share",
     ),
+    "ui": (
+        "qlsched.commands.ui",
+        "the dashboard: schedules, runs, requests, audit and controls in a browser",
+    ),
     "edge": (
         "qlsched.commands.edge",
         "the Edge profile: one SQLite file, no server (publish, run, status)",

@@ -28,6 +28,7 @@ FOLDER_MARKERS = {
     "integration": "integration",
     "interleave": "interleave",
     "lifecycle": "lifecycle",
+    "ui": "ui",
     "unit": "unit",
     "worker": "integration",
 }

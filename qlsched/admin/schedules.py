@@ -156,12 +156,14 @@ async def resume(
     *,
     catch_up: CatchUp = "skip",
     actor: str | None = None,
+    note: str | None = None,
 ) -> ResumeOutcome:
     """Resume a paused trigger from the database's time (admin role).
 
     The occurrences that fell inside the pause are counted into ``paused_total``; with
     ``catch_up="fire_once"`` the latest of them fires once (the next round admits it under
-    its own cron key, whatever the misfire grace) and the others are counted.
+    its own cron key, whatever the misfire grace) and the others are counted. ``note``
+    (1..1000 characters) is kept on the audit row.
 
     Returns:
         ``Resumed`` (with the counts and the new cursor), or ``NotPaused`` (nothing changed,
@@ -174,9 +176,10 @@ async def resume(
     if catch_up not in CATCH_UPS:
         raise ControlError(f"catch_up: expected one of {', '.join(CATCH_UPS)}, got {catch_up!r}")
     who = checked_text(actor, what="actor", max_chars=ACTOR_MAX_CHARS)
+    text = checked_text(note, what="note", max_chars=NOTE_MAX_CHARS)
 
     async def fn(conn: Connection) -> ResumeOutcome:
-        return await control.resume(conn, ref, catch_up=catch_up, actor=who)
+        return await control.resume(conn, ref, catch_up=catch_up, actor=who, note=text)
 
     return await as_admin(dsn, "resume", fn)
 

@@ -111,10 +111,15 @@ async def pause(
 
 
 async def resume(
-    conn: Connection, ref: TriggerRef, *, catch_up: CatchUp, actor: str | None
+    conn: Connection,
+    ref: TriggerRef,
+    *,
+    catch_up: CatchUp,
+    actor: str | None,
+    note: str | None = None,
 ) -> ResumeOutcome:
     """Resume ``ref`` (one transaction): the cursor from the database time, the occurrences
-    inside the pause counted (``core.pause``)."""
+    inside the pause counted (``core.pause``). ``note`` goes on the audit row."""
     async with conn.transaction():
         row, now = await _locked(conn, ref)
         paused_at = row["paused_at_ms"]
@@ -151,7 +156,7 @@ async def resume(
             ref,
             revision=row["trigger_revision"],
             kind="resume",
-            note=None,
+            note=note,
             actor=actor,
             occurrences=paused,
             detail={
