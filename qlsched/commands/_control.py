@@ -15,6 +15,7 @@ from typing import assert_never
 
 from qlsched.commands._local import local_dsn
 from qlsched.core.control import AlreadyPaused, NotPaused, Paused, Resumed
+from qlsched.core.shown import shown
 from qlsched.settings import load_config
 
 
@@ -32,7 +33,7 @@ def iso(ms: int) -> str:
 
 
 def _note(note: str | None) -> str:
-    return "" if note is None else f" (note: {note})"
+    return "" if note is None else f" (note: {shown(note)})"
 
 
 def outcome_line(outcome: Paused | AlreadyPaused | Resumed | NotPaused) -> str:

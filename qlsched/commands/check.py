@@ -14,6 +14,7 @@ import msgspec
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.core.shown import shown
 from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
@@ -43,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
             print(msgspec.json.encode(doc).decode())
         else:
             for finding in report.findings:
-                print(f"not ready: {finding}")
+                print(f"not ready: {shown(finding)}")
             if report.ready:
                 print(
                     f"ready: PostgreSQL {report.server_version // 10000}, "
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
             for r in refused:
                 print(
                     f"attention: cannot admit {r.project_id}/{r.trigger_id} until it is"
-                    f" re-published: {r.reason}"
+                    f" re-published: {shown(r.reason)}"
                 )
         return 0 if report.ready else 1
 

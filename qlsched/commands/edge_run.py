@@ -17,6 +17,7 @@ from typing import IO
 import trio
 
 from qlsched.commands._signals import watch_signals
+from qlsched.core.shown import shown
 from qlsched.sinks import StreamSink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace, db: str) -> int:
                     host, port = bound_address(listeners)
                     print(f"qlsched edge run: http on {host}:{port}", file=sys.stderr)
                 print(
-                    f"qlsched edge run: scheduling {path} as {settings.owner}"
+                    f"qlsched edge run: scheduling {shown(str(path))} as {shown(settings.owner)}"
                     f" (budget {settings.claim_budget}, cadence {settings.cadence_ms} ms)",
                     file=sys.stderr,
                     flush=True,

@@ -10,6 +10,7 @@ import msgspec
 import trio
 
 from qlsched.core.cron import dst_policy_label
+from qlsched.core.shown import shown
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
@@ -23,7 +24,7 @@ def _iso(ms: int | None) -> str:
 def render(report: EdgeStatus) -> str:
     runner = f"pid {report.scheduler_pid}" if report.scheduler_pid else "not running"
     lines = [
-        f"{report.path}   time {_iso(report.now_ms)}   scheduler {runner}",
+        f"{shown(report.path)}   time {_iso(report.now_ms)}   scheduler {runner}",
         f"due backlog {report.due_backlog}   runs {report.runs_total}",
         f"{'TRIGGER':32} {'CRON':18} {'NEXT FIRE (UTC)':25} {'LAG':>8} {'SKIP':>5} {'COAL':>5}",
     ]
@@ -37,7 +38,7 @@ def render(report: EdgeStatus) -> str:
         if s.jitter_ms:
             notes.append(f"jitter_ms={s.jitter_ms} due {_iso(s.due_at_ms)}")
         lines.append(
-            f"{name[:32]:32} {s.cron[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
+            f"{name[:32]:32} {shown(s.cron)[:18]:18} {_iso(s.next_fire_at_ms):25} {lag:>8} "
             f"{s.skipped_total:>5} {s.coalesced_total:>5}" + "".join(f"  {n}" for n in notes if n)
         )
     lines += ["", "recent runs:"]
@@ -45,7 +46,7 @@ def render(report: EdgeStatus) -> str:
         lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
         lines.append(
             f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})"
+            f"{r.state} by {shown(r.admitted_by_owner)} (lag {lag})"
         )
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ from qlsched.commands._local import local_dsn
 from qlsched.commands._signals import watch_signals
 from qlsched.commands._summary import Summary
 from qlsched.core.config import Config, ConfigError
+from qlsched.core.shown import shown
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
@@ -142,7 +143,7 @@ async def run_replica(
                 controls.append(control)
                 address = control.http_address
                 _say(
-                    f"replica {config.owner} started"
+                    f"replica {shown(config.owner)} started"
                     + (f" http://{address[0]}:{address[1]}" if address else "")
                 )
                 async with trio.open_nursery() as nursery:

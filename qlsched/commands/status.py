@@ -24,6 +24,7 @@ from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.control import ScheduleAction
 from qlsched.core.cron import dst_policy_label
+from qlsched.core.shown import shown
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
@@ -62,7 +63,7 @@ def _marker(s: ScheduleRow) -> str:
 
 
 def _action_text(a: ScheduleAction) -> str:
-    who = a.actor if a.actor_label is None else f"{a.actor} ({a.actor_label})"
+    who = shown(a.actor) if a.actor_label is None else f"{shown(a.actor)} ({shown(a.actor_label)})"
     return f"{a.kind} {_iso(a.at_ms)} by {who}"
 
 
@@ -75,7 +76,7 @@ def control_lines(report: StatusReport) -> list[str]:
             continue
         parts = [f"{s.project_id}/{s.trigger_id}"]
         if s.paused_at_ms is not None:
-            note = "" if s.pause_note is None else f" ({s.pause_note})"
+            note = "" if s.pause_note is None else f" ({shown(s.pause_note)})"
             parts.append(f"paused since {_iso(s.paused_at_ms)}{note};")
         parts.append(f"paused_total {s.paused_total};")
         if s.actions:
@@ -108,11 +109,11 @@ def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
             lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
         table.add_row(
             f"{s.project_id}/{s.trigger_id}" + _marker(s),
-            s.cron,
-            " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
+            shown(s.cron),
+            " ".join(filter(None, (shown(s.timezone), dst_policy_label(s.dst_gap, s.dst_fold)))),
             _iso_s(s.next_fire_at_ms) + (f" due {_iso(due)}" if s.jitter_ms else ""),
             lag,
-            s.claim_owner or "-",
+            shown(s.claim_owner or None),
             lease,
             str(s.skipped_total),
             str(s.coalesced_total),
@@ -131,14 +132,14 @@ def _request_line(q: StatusRequest) -> str:
     """One request: what was asked, by whom, and how far it got."""
     line = f"request {q.kind} {q.project_id}/{q.trigger_id} {q.state}"
     if q.refused_reason is not None:
-        line += f" ({q.refused_reason})"
+        line += f" ({shown(q.refused_reason)})"
     if q.kind == "backfill":
         line += (
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
             f" {q.already_admitted}) {_iso_s(q.from_ms)}..{_iso_s(q.to_ms)}"
         )
-    line += f" by {q.actor or q.requested_by} at {_iso(q.created_at_ms)}"
-    return line + (f" note {q.note!r}" if q.note else "")
+    line += f" by {shown(q.actor or q.requested_by)} at {_iso(q.created_at_ms)}"
+    return line + (f" note {shown(q.note)}" if q.note else "")
 
 
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
@@ -147,7 +148,10 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     terminal = out.isatty()
     # Off a terminal rich would wrap at 80 columns; a table of long ids must stay one line
     # per row for grep and awk, so the width is only a ceiling there.
-    console = Console(file=out, highlight=False, width=None if terminal else 1000)
+    # No markup or emoji codes: a cell's text (an owner name) is shown, never interpreted.
+    console = Console(
+        file=out, highlight=False, markup=False, emoji=False, width=None if terminal else 1000
+    )
     console.print(
         f"database time {_iso(report.now_ms)}   due backlog {_backlog(report)}",
         markup=False,
@@ -171,7 +175,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     for refused in report.refused:
         console.print(
             f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"
-            f" {refused.reason}",
+            f" {shown(refused.reason)}",
             style="bold red" if terminal else None,
             markup=False,
         )
@@ -182,7 +186,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
         console.print(
             f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})",
+            f"{r.state} by {shown(r.admitted_by_owner)} (lag {lag})",
             markup=False,
         )
 
