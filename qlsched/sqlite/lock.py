@@ -41,7 +41,7 @@ def hold_run_lock(db_path: str) -> Iterator[None]:
     """
     path = lock_path(db_path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise EdgeError(f"{path}: cannot open the run lock ({exc.strerror})") from None
     try:
