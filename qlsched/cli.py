@@ -158,12 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = subs["status"]
     _add_database_options(p, role="observer")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--all", action="store_true", help="every trigger (default: the first 1000)")
 
     p = subs["next"]
     p.add_argument("expression", metavar="EXPR", help="cron expression (5 or 6 fields, or @daily)")
     p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
-    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+    p.add_argument("-n", type=int, default=5, help="how many (default 5, at most 100000)")
     p.add_argument(
         "--dst-gap",
         default="shift",

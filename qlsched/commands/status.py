@@ -28,7 +28,7 @@ from qlsched.core.shown import shown
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.status import StatusReport, StatusRequest, read_status
+from qlsched.postgres.status import STATUS_LIMIT, StatusReport, StatusRequest, read_status
 from qlsched.settings import load_config
 
 
@@ -165,6 +165,11 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
                 style="dim",
                 markup=False,
             )
+        if report.schedules_more:
+            console.print(
+                f"showing the first {len(report.schedules):,} triggers; there are more:"
+                " `qlsched status --all` shows every one (or /v1/schedules, page by page)"
+            )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
     controls = control_lines(report)
@@ -195,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     async def body(dsn: str) -> int:
         async def fn(conn: Connection) -> StatusReport:
             require(await read_login(conn, OBSERVER), command="status", role=OBSERVER)
-            return await read_status(conn)
+            return await read_status(conn, limit=None if args.all else STATUS_LIMIT)
 
         report = await connect_once(dsn, fn)
         if args.json:
@@ -205,20 +210,15 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
     async def configured() -> int:
+        # The file is read (a missing one is bad input, exit 2, as for run and check), and a
+        # DSN given anywhere, even empty, is validated: never a silent fall-back to the local
+        # database.
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )
-        assert config.dsn
-        return await body(config.dsn)
-
-    if args.dsn is not None or os.environ.get("QLSCHED_DSN") is not None:
-        # Given, even empty: configuration validates it (an empty DSN is bad input, exit 2),
-        # never a silent fall-back to the embedded database.
-        return run_command("status", configured)
-
-    async def local() -> int:
         return await body(
-            await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
+            config.dsn
+            or await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
         )
 
-    return run_command("status", local)
+    return run_command("status", configured)

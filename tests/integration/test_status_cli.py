@@ -93,6 +93,7 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
         "recent_runs",
         "refused",
         "requests",
+        "schedules_more",
     }
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]
