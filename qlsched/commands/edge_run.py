@@ -18,7 +18,7 @@ import trio
 
 from qlsched.commands._signals import watch_signals
 from qlsched.core.shown import shown
-from qlsched.sinks import StreamSink
+from qlsched.readable_sink import diagnostics_sink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.http import bound_address, open_http_listeners, parse_address, serve_http
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, db: str) -> int:
         database = await trio.to_thread.run_sync(lambda: open_checked(db, create=False, apply=True))
         try:
             listeners = await open_http_listeners(*address) if address is not None else None
-            sink = StreamSink(stream, replica=settings.owner)
+            sink = diagnostics_sink(stream, replica=settings.owner, prefix="qlsched edge run:")
             scheduler = EdgeScheduler(SqliteStore(database), settings, sink)
             stop = trio.Event()
             failure: EdgeError | None = None

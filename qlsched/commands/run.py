@@ -37,8 +37,9 @@ from qlsched.core.shown import shown
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
+from qlsched.readable_sink import ReadableSink, diagnostics_sink
 from qlsched.settings import given_flags, load_config
-from qlsched.sinks import StreamSink, route_library_logs
+from qlsched.sinks import route_library_logs
 
 STOPPED_AT_DEADLINE: Final = 3
 """Exit code: stopped in time, but the deadline cut work in flight."""
@@ -126,7 +127,7 @@ async def run_replica(
     """Run until SIGINT/SIGTERM. A signal during start-up (readiness or recovery waiting on
     the database) cuts the start at once: nothing was scheduling yet, so that is a stop in
     order (exit 0)."""
-    sink = StreamSink(stream, replica=config.owner)
+    sink = diagnostics_sink(stream, replica=config.owner, prefix="qlsched run:")
     try:
         check_listen(config.http_address())
     except CannotListen as exc:
@@ -174,6 +175,8 @@ async def run_replica(
                 watch_signals, (signal.SIGINT, signal.SIGTERM), on_signal, name="qlsched.signals"
             )
             nursery.start_soon(replica, nursery.cancel_scope, name="qlsched.replica")
+    if isinstance(sink, ReadableSink):
+        sink.close()  # tell what was folded
     if failures:
         failure = failures[0]
         if isinstance(failure, SchemaNotReady):
