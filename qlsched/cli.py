@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from qlsched.commands.edge_args import EDGE_HELP, add_edge_arguments
 from qlsched.core.config import BOUNDS, FLAGS, flag_of
+from qlsched.exception_groups import interrupted
 
 COMMANDS: dict[str, str] = {
     "demo": "an embedded cluster of replicas, one crashed, verified exactly once",
@@ -254,25 +255,32 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = TOOLS.get(args.command) or "qlsched.commands." + args.command.replace("-", "_")
-    module = importlib.import_module(name)
     try:
+        module = importlib.import_module(name)
         code: int = module.main(args)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        # Ctrl-C, also when Trio delivers it inside an exception group; else re-raised for
+        # `_failed` (a broken pipe, an embedded error; anything else is raised again).
+        if not interrupted(exc):
+            return _failed(args.command, exc)
         print("qlsched: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    return code
+
+
+def _failed(command: str, exc: BaseException) -> int:
+    """The exit code for what a command raised, or ``exc`` raised again (a bug)."""
+    if isinstance(exc, BrokenPipeError):
         # The reader went away (`qlsched status | head`): not an error worth a traceback.
         # Point stdout at /dev/null so the interpreter's final flush does not raise again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
-    except Exception as exc:
-        # Whatever command needed the local server (demo, or no --dsn): one line, such as
-        # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
-        # so `next` never loads the embedded module.
-        embedded = sys.modules.get("qlsched.embedded")
-        if embedded is None or not isinstance(exc, embedded.EmbeddedError):
-            raise
-        print(f"qlsched {args.command}: {exc}", file=sys.stderr)
-        return 1
-    return code
+    # Whatever command needed the local server (demo, or no --dsn): one line, such as
+    # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
+    # so `next` never loads the embedded module.
+    embedded = sys.modules.get("qlsched.embedded")
+    if embedded is None or not isinstance(exc, embedded.EmbeddedError):
+        raise exc
+    print(f"qlsched {command}: {exc}", file=sys.stderr)
+    return 1
