@@ -1,7 +1,9 @@
 """``edge run --http``: /healthz, /readyz and /metrics over Trio's own ``serve_tcp``.
 
 A minimal HTTP/1.0 responder (one request per connection, GET only, 8 KiB of headers at
-most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework.
+most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework;
+within the limits of ``qlsched.http_limits`` (connections, requests a second, bounded sends,
+``/metrics`` rendered once a second at most).
 Readiness is 503 until the scheduler runs its rounds and again once it stops.
 """
 
@@ -12,6 +14,7 @@ from typing import Final
 import trio
 
 from qlsched.core.config import ConfigError
+from qlsched.http_limits import METRICS_TTL_S, BoundedStream, RequestRate, serve_bounded
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.scheduler import EdgeScheduler
 
@@ -37,7 +40,29 @@ async def _respond(stream: trio.abc.Stream, status: int, body: str, ctype: str) 
     await stream.send_all(head.encode("ascii") + data)
 
 
-async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
+class _Scrape:
+    """The due backlog ``/metrics`` last read and when (Trio's clock): read again only after
+    ``METRICS_TTL_S``, so a flood of scrapes reads the file once a second at most (the
+    process's own counters are rendered at every scrape)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.backlog: int | None = None
+
+    async def text_of(self, scheduler: EdgeScheduler) -> str:
+        now = trio.current_time()
+        if self.at is None or now - self.at >= METRICS_TTL_S:
+            try:
+                self.backlog = await scheduler.store.due_backlog()
+            except EdgeError:
+                self.backlog = None
+            self.at = now
+        return scheduler.metrics.render(self.backlog)
+
+
+async def _handle(
+    stream: trio.abc.Stream, scheduler: EdgeScheduler, rate: RequestRate, scrape: _Scrape
+) -> None:
     head = b""
     with trio.move_on_after(HEAD_TIMEOUT_S):
         while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_HEAD:
@@ -49,7 +74,9 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
     if len(parts) < 2:
         return
     method, path = parts[0], parts[1].split(b"?", 1)[0]
-    if method != b"GET":
+    if not await rate.admit():
+        await _respond(stream, 503, "busy\n", "text/plain")
+    elif method != b"GET":
         await _respond(stream, 405, "GET only\n", "text/plain")
     elif path == b"/healthz":
         await _respond(stream, 200, "ok\n", "text/plain")
@@ -59,11 +86,7 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler) -> None:
             stream, 200 if ready else 503, "ready\n" if ready else "not ready\n", "text/plain"
         )
     elif path == b"/metrics":
-        try:
-            backlog: int | None = await scheduler.store.due_backlog()
-        except EdgeError:
-            backlog = None
-        await _respond(stream, 200, scheduler.metrics.render(backlog), "text/plain; version=0.0.4")
+        await _respond(stream, 200, await scrape.text_of(scheduler), "text/plain; version=0.0.4")
     else:
         await _respond(stream, 404, "not found\n", "text/plain")
 
@@ -86,13 +109,12 @@ def bound_address(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 
 
 async def serve_http(scheduler: EdgeScheduler, listeners: list[trio.SocketListener]) -> None:
-    """Serve on ``listeners`` until cancelled. Ownership: closes the listeners."""
+    """Serve on ``listeners`` until cancelled, within ``qlsched.http_limits`` (connections,
+    requests a second, bounded sends). Ownership: closes the listeners."""
+    rate, scrape = RequestRate(), _Scrape()
 
-    async def handler(stream: trio.SocketStream) -> None:
-        try:
-            async with stream:
-                await _handle(stream, scheduler)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+    async def handler(stream: BoundedStream) -> None:
+        async with stream:
+            await _handle(stream, scheduler, rate, scrape)
 
-    await trio.serve_listeners(handler, listeners)
+    await serve_bounded(handler, listeners)
