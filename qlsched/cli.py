@@ -16,6 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from qlsched.exception_groups import interrupted
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "qlsched.commands.demo",
@@ -110,25 +112,32 @@ def build_parser(only: str | None = ALL) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(chosen_command(words)).parse_args(words)
-    module = importlib.import_module(COMMANDS[args.command][0])
     try:
+        module = importlib.import_module(COMMANDS[args.command][0])
         code: int = module.main(args)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        # Ctrl-C, also when Trio delivers it inside an exception group; else re-raised for
+        # `_failed` (a broken pipe, an embedded error; anything else is raised again).
+        if not interrupted(exc):
+            return _failed(args.command, exc)
         print("qlsched: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    return code
+
+
+def _failed(command: str, exc: BaseException) -> int:
+    """The exit code for what a command raised, or ``exc`` raised again (a bug)."""
+    if isinstance(exc, BrokenPipeError):
         # The reader went away (`qlsched status | head`): not an error worth a traceback.
         # Point stdout at /dev/null so the interpreter's final flush does not raise again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
-    except Exception as exc:
-        # Whatever command needed the local server (demo, or no --dsn): one line, such as
-        # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
-        # so `next` never loads the embedded module.
-        embedded = sys.modules.get("qlsched.embedded")
-        if embedded is None or not isinstance(exc, embedded.EmbeddedError):
-            raise
-        print(f"qlsched {args.command}: {exc}", file=sys.stderr)
-        return 1
-    return code
+    # Whatever command needed the local server (demo, or no --dsn): one line, such as
+    # "install qlsched[embedded]" when its binaries are missing. Looked up, not imported,
+    # so `next` never loads the embedded module.
+    embedded = sys.modules.get("qlsched.embedded")
+    if embedded is None or not isinstance(exc, embedded.EmbeddedError):
+        raise exc
+    print(f"qlsched {command}: {exc}", file=sys.stderr)
+    return 1

@@ -29,13 +29,16 @@ async def watch_signals(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Call ``on_signal`` with the first of ``signums`` to arrive; until cancelled, the
-    ones after it are caught and ignored, so a second Ctrl-C cannot cut the stop short."""
+    ones after it are received and ignored, so a second Ctrl-C cannot cut the stop short.
+    (Received, not left pending: Trio re-raises a pending signal when the receiver closes,
+    and a second Ctrl-C would then end the process with an exception group.)"""
     with trio.open_signal_receiver(*signums) as signals:
         task_status.started()
+        first = True
         async for signum in signals:
-            on_signal(signum)
-            break
-        await trio.sleep_forever()
+            if first:
+                on_signal(signum)
+                first = False
 
 
 class Interrupted(Exception):

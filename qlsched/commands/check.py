@@ -15,6 +15,7 @@ import msgspec
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.commands.options import add_config_options, add_database_options
+from qlsched.core.shown import shown
 from qlsched.postgres.dsn import libpq_dsn
 from qlsched.postgres.health import RefusedTrigger, readable_refusals
 from qlsched.postgres.pool import Connection, connect_once
@@ -60,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
             print(msgspec.json.encode(doc).decode())
         else:
             for finding in report.findings:
-                print(f"not ready: {finding}")
+                print(f"not ready: {shown(finding)}")
             if report.ready:
                 print(
                     f"ready: PostgreSQL {report.server_version // 10000}, "
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             for r in refused:
                 print(
                     f"attention: cannot admit {r.project_id}/{r.trigger_id} until it is"
-                    f" re-published: {r.reason}"
+                    f" re-published: {shown(r.reason)}"
                 )
             for f in failing:
                 if f.stuck:

@@ -43,6 +43,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 
+N_MAX = 100_000
+"""The most fire times one ``next`` prints (a few MB of text): a bigger ``-n`` is refused
+at once rather than computed until memory runs out."""
+
+
 class _BadInput(Exception):
     pass
 
@@ -125,8 +130,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print ``args.n`` fire times strictly after ``args.start``; 0, or 2 on bad input."""
     try:
-        if args.n < 1:
-            raise _BadInput(f"-n: must be at least 1, got {args.n}")
+        if not 1 <= args.n <= N_MAX:
+            raise _BadInput(f"-n: must be 1..{N_MAX}, got {args.n}")
         for flag, value, allowed in (
             ("--dst-gap", args.dst_gap, DST_GAPS),
             ("--dst-fold", args.dst_fold, DST_FOLDS),

@@ -36,13 +36,15 @@ from qlsched.commands.options import (
     add_database_options,
 )
 from qlsched.core.config import FLAGS, Config, ConfigError
+from qlsched.core.shown import shown
 from qlsched.metrics import registry_reader
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
+from qlsched.readable_sink import ReadableSink, diagnostics_sink
 from qlsched.settings import given_flags, load_config
 from qlsched.signals import watch_signals
-from qlsched.sinks import StreamSink, route_library_logs
+from qlsched.sinks import route_library_logs
 from qlsched.summary import Summary, summary_interval
 
 STOPPED_AT_DEADLINE: Final = 3
@@ -130,7 +132,7 @@ async def run_replica(
     """Run until SIGINT/SIGTERM. A signal during start-up (readiness or recovery waiting on
     the database) cuts the start at once: nothing was scheduling yet, so that is a stop in
     order (exit 0)."""
-    sink = StreamSink(stream, replica=config.owner)
+    sink = diagnostics_sink(stream, replica=config.owner, prefix="qlsched run:")
     try:
         check_listen(config.http_address())
     except CannotListen as exc:
@@ -147,7 +149,7 @@ async def run_replica(
                 controls.append(control)
                 address = control.http_address
                 _say(
-                    f"replica {config.owner} started"
+                    f"replica {shown(config.owner)} started"
                     + (f" http://{address[0]}:{address[1]}" if address else "")
                 )
                 async with trio.open_nursery() as nursery:
@@ -178,6 +180,8 @@ async def run_replica(
                 watch_signals, (signal.SIGINT, signal.SIGTERM), on_signal, name="qlsched.signals"
             )
             nursery.start_soon(replica, nursery.cancel_scope, name="qlsched.replica")
+    if isinstance(sink, ReadableSink):
+        sink.close()  # tell what was folded
     if failures:
         failure = failures[0]
         if isinstance(failure, SchemaNotReady):

@@ -27,14 +27,15 @@ from qlsched.commands.tables import (
     schedules_table,
 )
 from qlsched.core.control import ScheduleAction
+from qlsched.core.shown import shown
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.status import StatusReport, StatusRequest, read_status
+from qlsched.postgres.status import STATUS_LIMIT, StatusReport, StatusRequest, read_status
 from qlsched.settings import load_config
 
 
 def _action_text(a: ScheduleAction) -> str:
-    who = a.actor if a.actor_label is None else f"{a.actor} ({a.actor_label})"
+    who = shown(a.actor) if a.actor_label is None else f"{shown(a.actor)} ({shown(a.actor_label)})"
     return f"{a.kind} {iso(a.at_ms)} by {who}"
 
 
@@ -47,7 +48,7 @@ def control_lines(report: StatusReport) -> list[str]:
             continue
         parts = [f"{s.project_id}/{s.trigger_id}"]
         if s.paused_at_ms is not None:
-            note = "" if s.pause_note is None else f" ({s.pause_note})"
+            note = "" if s.pause_note is None else f" ({shown(s.pause_note)})"
             parts.append(f"paused since {iso(s.paused_at_ms)}{note};")
         parts.append(f"paused_total {s.paused_total};")
         if s.actions:
@@ -82,7 +83,7 @@ def _request_line(q: StatusRequest) -> str:
     state = "held (trigger paused; runs after resume)" if q.held else q.state
     line = f"request {q.kind} {q.project_id}/{q.trigger_id} {state}"
     if q.refused_reason is not None:
-        line += f" ({q.refused_reason})"
+        line += f" ({shown(q.refused_reason)})"
     if q.failures and q.last_failure is not None:
         line += f" (failed {q.failures} in a row, last {q.last_failure})"
     if q.kind == "backfill":
@@ -90,8 +91,8 @@ def _request_line(q: StatusRequest) -> str:
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
             f" {q.already_admitted}) {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
         )
-    line += f" by {q.actor or q.requested_by} at {iso(q.created_at_ms)}"
-    return line + (f" note {q.note!r}" if q.note else "")
+    line += f" by {shown(q.actor or q.requested_by)} at {iso(q.created_at_ms)}"
+    return line + (f" note {shown(q.note)}" if q.note else "")
 
 
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
@@ -110,6 +111,11 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
                 style="dim",
                 markup=False,
             )
+        if report.schedules_more:
+            console.print(
+                f"showing the first {len(report.schedules):,} triggers; there are more:"
+                " `qlsched status --all` shows every one (or /v1/schedules, page by page)"
+            )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
     controls = control_lines(report)
@@ -120,7 +126,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     for refused in report.refused:
         console.print(
             f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"
-            f" {refused.reason}",
+            f" {shown(refused.reason)}",
             style="bold red" if terminal else None,
             markup=False,
         )
@@ -145,13 +151,14 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_database_options(p, role="observer")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--all", action="store_true", help="every trigger (default: the first 1000)")
 
 
 def main(args: argparse.Namespace) -> int:
     async def body(dsn: str) -> int:
         async def fn(conn: Connection) -> StatusReport:
             require(await read_login(conn, OBSERVER), command="status", role=OBSERVER)
-            return await read_status(conn)
+            return await read_status(conn, limit=None if args.all else STATUS_LIMIT)
 
         report = await connect_once(dsn, fn)
         if args.json:
@@ -161,20 +168,15 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
     async def configured() -> int:
+        # The file is read (a missing one is bad input, exit 2, as for run and check), and a
+        # DSN given anywhere, even empty, is validated: never a silent fall-back to the local
+        # database.
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )
-        assert config.dsn
-        return await body(config.dsn)
-
-    if args.dsn is not None or os.environ.get("QLSCHED_DSN") is not None:
-        # Given, even empty: configuration validates it (an empty DSN is bad input, exit 2),
-        # never a silent fall-back to the embedded database.
-        return run_command("status", configured)
-
-    async def local() -> int:
         return await body(
-            await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
+            config.dsn
+            or await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
         )
 
-    return run_command("status", local)
+    return run_command("status", configured)

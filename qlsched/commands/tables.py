@@ -13,6 +13,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from qlsched.core.cron import dst_policy_label
+from qlsched.core.shown import shown
 from qlsched.core.store import ScheduleRow
 
 
@@ -73,11 +74,11 @@ def schedules_table(schedules: Sequence[ScheduleRow], now_ms: int, *, terminal: 
             lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
         table.add_row(
             f"{s.project_id}/{s.trigger_id}" + marker(s),
-            s.cron,
-            " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
+            shown(s.cron),
+            " ".join(filter(None, (shown(s.timezone), dst_policy_label(s.dst_gap, s.dst_fold)))),
             iso_s(s.next_fire_at_ms) + (f" due {iso(due)}" if s.jitter_ms else ""),
             lag,
-            s.claim_owner or "-",
+            shown(s.claim_owner or None),
             lease,
             str(s.skipped_total),
             str(s.coalesced_total),
@@ -106,7 +107,7 @@ def recent_run_line(r: RecentRunRow) -> str:
     lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
     return (
         f"  {r.project_id}/{r.trigger_id} for {iso(r.scheduled_for_ms)} "
-        f"{r.state} by {r.admitted_by_owner} (lag {lag})"
+        f"{r.state} by {shown(r.admitted_by_owner)} (lag {lag})"
     )
 
 
@@ -115,4 +116,8 @@ def console_for(out: IO[str]) -> tuple[Console, bool]:
     80 columns; a table of long ids must stay one line per row for grep and awk, so the
     width is only a ceiling there."""
     terminal = out.isatty()
-    return Console(file=out, highlight=False, width=None if terminal else 1000), terminal
+    # No markup or emoji codes: a cell's text (an owner name) is shown, never interpreted.
+    console = Console(
+        file=out, highlight=False, markup=False, emoji=False, width=None if terminal else 1000
+    )
+    return console, terminal

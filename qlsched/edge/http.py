@@ -5,7 +5,9 @@
 and keyset pages through ``next_cursor`` / ``?cursor=`` (``qlsched.paging``).
 
 A minimal HTTP/1.0 responder (one request per connection, GET only, 8 KiB of headers at
-most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework.
+most, 5 s to send them) instead of hypercorn, so the Edge process loads no HTTP framework;
+within the limits of ``qlsched.http_limits`` (connections, requests a second, bounded sends,
+``/metrics`` rendered once a second at most).
 Readiness is 503 until the scheduler runs its rounds and again once it stops.
 """
 
@@ -18,6 +20,7 @@ import msgspec
 import trio
 
 from qlsched.edge.scheduler import EdgeScheduler
+from qlsched.http_limits import METRICS_TTL_S, BoundedStream, RequestRate, serve_bounded
 from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from qlsched.metrics import Metrics
 from qlsched.paging import cursor_of, limit_of, page_of
@@ -43,7 +46,30 @@ async def _respond(stream: trio.abc.Stream, status: int, body: str | bytes, ctyp
     await stream.send_all(head.encode("ascii") + data)
 
 
-async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler, metrics: Metrics) -> None:
+class _Scrape:
+    """The due backlog ``/metrics`` last read and when (Trio's clock): read again only after
+    ``METRICS_TTL_S``, so a flood of scrapes reads the file once a second at most (the
+    process's own counters are rendered at every scrape)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    async def text_of(self, scheduler: EdgeScheduler, metrics: Metrics) -> bytes:
+        now = trio.current_time()
+        if self.at is None or now - self.at >= METRICS_TTL_S:
+            with contextlib.suppress(EdgeError):  # the last count stays when the file is busy
+                metrics.set_due_backlog(await scheduler.store.due_backlog())
+            self.at = now
+        return metrics.render()
+
+
+async def _handle(
+    stream: trio.abc.Stream,
+    scheduler: EdgeScheduler,
+    metrics: Metrics,
+    rate: RequestRate,
+    scrape: _Scrape,
+) -> None:
     head = b""
     with trio.move_on_after(HEAD_TIMEOUT_S):
         while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_HEAD:
@@ -55,7 +81,9 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler, metrics: Me
     if len(parts) < 2:
         return
     method, (path, _, query_string) = parts[0], parts[1].partition(b"?")
-    if method != b"GET":
+    if not await rate.admit():
+        await _respond(stream, 503, "busy\n", "text/plain")
+    elif method != b"GET":
         await _respond(stream, 405, "GET only\n", "text/plain")
     elif path == b"/healthz":
         await _respond(stream, 200, "ok\n", "text/plain")
@@ -65,9 +93,7 @@ async def _handle(stream: trio.abc.Stream, scheduler: EdgeScheduler, metrics: Me
             stream, 200 if ready else 503, "ready\n" if ready else "not ready\n", "text/plain"
         )
     elif path == b"/metrics":
-        with contextlib.suppress(EdgeError):  # the last count stays when the file is busy
-            metrics.set_due_backlog(await scheduler.store.due_backlog())
-        await _respond(stream, 200, metrics.render(), METRICS_CONTENT_TYPE)
+        await _respond(stream, 200, await scrape.text_of(scheduler, metrics), METRICS_CONTENT_TYPE)
     elif path == b"/v1/schedules":
         await _schedules(stream, scheduler, query_string)
     else:
@@ -117,13 +143,12 @@ def bound_address(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 async def serve_http(
     scheduler: EdgeScheduler, metrics: Metrics, listeners: list[trio.SocketListener]
 ) -> None:
-    """Serve on ``listeners`` until cancelled. Ownership: closes the listeners."""
+    """Serve on ``listeners`` until cancelled, within ``qlsched.http_limits`` (connections,
+    requests a second, bounded sends). Ownership: closes the listeners."""
+    rate, scrape = RequestRate(), _Scrape()
 
-    async def handler(stream: trio.SocketStream) -> None:
-        try:
-            async with stream:
-                await _handle(stream, scheduler, metrics)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+    async def handler(stream: BoundedStream) -> None:
+        async with stream:
+            await _handle(stream, scheduler, metrics, rate, scrape)
 
-    await trio.serve_listeners(handler, listeners)
+    await serve_bounded(handler, listeners)

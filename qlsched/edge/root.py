@@ -17,11 +17,12 @@ from typing import IO
 import msgspec
 import trio
 
+from qlsched.core.shown import shown
 from qlsched.edge.lock import hold_run_lock
 from qlsched.edge.scheduler import EdgeScheduler
 from qlsched.edge.settings import EdgeSettings
+from qlsched.readable_sink import diagnostics_sink
 from qlsched.signals import watch_signals
-from qlsched.sinks import StreamSink
 from qlsched.sqlite.database import file_path, open_checked, require_file
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.store import SqliteStore
@@ -58,7 +59,7 @@ async def _serve(run: EdgeRun, stream: IO[str] | None) -> None:
     settings = run.settings
     database = await trio.to_thread.run_sync(lambda: open_checked(run.db, create=False, apply=True))
     try:
-        sink = StreamSink(stream, replica=settings.owner)
+        sink = diagnostics_sink(stream, replica=settings.owner, prefix="qlsched edge run:")
         listeners = None
         if run.http is None:
             scheduler = EdgeScheduler(SqliteStore(database), settings, sink)
@@ -91,7 +92,7 @@ async def _serve(run: EdgeRun, stream: IO[str] | None) -> None:
                     _print_summaries, scheduler, run.summary_s, name="qlsched.edge.summary"
                 )
             _say(
-                f"scheduling {file_path(run.db)} as {settings.owner}"
+                f"scheduling {shown(str(file_path(run.db)))} as {shown(settings.owner)}"
                 f" (budget {settings.claim_budget}, cadence {settings.cadence_ms} ms)"
             )
             try:

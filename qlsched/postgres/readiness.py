@@ -13,7 +13,10 @@ role with superuser/createrole/createdb/replication/bypassrls/inherit, no member
 either direction (no qlsched role in another role, no role in a qlsched role), EXECUTE kept
 from PUBLIC by default privileges, every SECURITY DEFINER function with a pinned
 search_path, and the runtime role's idle-in-transaction, lock and statement timeouts set
-and below the lease. Every finding is one line naming the object; the lifecycle never
+and below the lease; no setting that voids a promise (``promises``: synchronous_commit
+off, session_replication_role, search_path, default_transaction_read_only, a publication
+of a qlsched table, large objects open to PUBLIC, no observer statement_timeout). Every
+finding is one line naming the object; the lifecycle never
 starts while there is one.
 
 A role that may not read something (SQLSTATE 42501, e.g. the admin role and the ledger, or
@@ -47,6 +50,7 @@ from qlsched.postgres.migrate import (
     verify_ledger,
 )
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.promises import promise_findings
 from qlsched.postgres.queries import query
 
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -191,6 +195,9 @@ async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
             findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
 
     await _runtime_settings(conn, role, lease_ms, findings)
+
+    async with _guard(findings, role, "the settings that keep the promises (pg_db_role_setting)"):
+        findings += await promise_findings(conn)
 
     return Readiness(
         ready=not findings,

@@ -165,6 +165,12 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
         assert "qlsched_due_backlog 0.0" in metrics
         assert 'target_info{profile="edge"} 1.0' in metrics
         assert "qlsched_edge_" not in metrics
+        # The backlog is read again once the last reading is METRICS_TTL_S old.
+        with trio.fail_after(10):
+            while True:
+                if "qlsched_due_backlog 0.0" in (await get(address, "/metrics"))[1]:
+                    break
+                await trio.sleep(0.05)
         assert (await get(address, "/nope"))[0] == 404
         nursery.cancel_scope.cancel()
 

@@ -208,8 +208,9 @@ print(json.dumps(sorted(sys.modules)))
 
 def test_sqlite_package_sits_on_core_only() -> None:
     """Layering: every module of ``qlsched.sqlite`` imports only ``qlsched.core`` and the
-    neutral file readers ``qlsched.migrations`` and ``qlsched.sql_blocks`` of the package
-    (no commands, no cli, nothing of the cluster path)."""
+    neutral file readers ``qlsched.migrations`` and ``qlsched.sql_blocks`` of the package,
+    and the neutral ``qlsched.http_limits`` (no commands, no cli, nothing of the cluster
+    path)."""
     result = subprocess.run(
         [sys.executable, "-c", LAYERS],
         capture_output=True,
@@ -220,7 +221,13 @@ def test_sqlite_package_sits_on_core_only() -> None:
     )
     assert result.returncode == 0, result.stderr
     ours = [m for m in json.loads(result.stdout) if m.startswith("qlsched.")]
-    neutral = ("qlsched.core", "qlsched.sqlite", "qlsched.migrations", "qlsched.sql_blocks")
+    neutral = (
+        "qlsched.core",
+        "qlsched.sqlite",
+        "qlsched.migrations",
+        "qlsched.sql_blocks",
+        "qlsched.http_limits",
+    )
     assert all(m.startswith(neutral) for m in ours), ours
 
 

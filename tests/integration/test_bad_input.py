@@ -28,7 +28,8 @@ COMMANDS: dict[str, list[str]] = {
 
 BAD_DSNS: dict[str, str] = {
     "not-a-uri": "notadsn",
-    "key-value": "host=/nonexistent user=postgres password=hunter2",
+    "key-value-malformed": "host=/nonexistent user=postgres password=hunter2 junk",
+    "key-value-unknown-keyword": "host=/nonexistent password=hunter2 hostaddr=127.0.0.1",
     "unclosed-ipv6-bracket": "postgresql://postgres:hunter2@[::1/postgres",
     "port-not-a-number": "postgresql://postgres:hunter2@127.0.0.1:abc/postgres",
     "malformed-query": "postgresql://postgres:hunter2@127.0.0.1/postgres?sslmode",

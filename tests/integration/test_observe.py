@@ -162,6 +162,7 @@ READS = {
         {"trigger_schedules_claim_idx", "trigger_schedules_expiry_idx"},
     ),
     "status_schedules": (["1000"], {"trigger_schedules_pkey"}),
+    "status_schedules_after": (["'bench'", "'t0015000'", "1000"], {"trigger_schedules_pkey"}),
     "recent_runs": (["10"], {"runs_created_idx"}),
 }
 

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import assert_never
 
 from qlsched.core.control import AlreadyPaused, NotPaused, Paused, Resumed
+from qlsched.core.shown import shown
 
 
 def iso(ms: int) -> str:
@@ -15,7 +16,7 @@ def iso(ms: int) -> str:
 
 
 def _note(note: str | None) -> str:
-    return "" if note is None else f" (note: {note})"
+    return "" if note is None else f" (note: {shown(note)})"
 
 
 def outcome_line(outcome: Paused | AlreadyPaused | Resumed | NotPaused) -> str:

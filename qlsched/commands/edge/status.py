@@ -10,6 +10,7 @@ from typing import IO
 import msgspec
 import trio
 
+from qlsched.core.shown import shown
 from qlsched.edge.lock import holder_pid
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
@@ -23,7 +24,7 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     console, terminal = console_for(file if file is not None else sys.stdout)
     runner = f"pid {report.scheduler_pid}" if report.scheduler_pid else "not running"
     console.print(
-        f"{report.path}   time {iso(report.now_ms)}   scheduler {runner}",
+        f"{shown(report.path)}   time {iso(report.now_ms)}   scheduler {runner}",
         markup=False,
     )
     console.print(f"due backlog {report.due_backlog}   runs {report.runs_total}", markup=False)
