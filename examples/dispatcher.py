@@ -8,9 +8,15 @@ lease/offer/callback/start/result/error field NULL) that names the pinned execut
 revision, whose payload is what a worker will run. Placement - choosing a worker, offering
 the Attempt, tracking it - is the dispatcher's, and begins where this script prints "->".
 
+``qlsched work`` is the dispatcher qlsched ships (docs/contract.md §13): it claims these Runs
+as ``qlsched_worker`` and runs them. A dispatcher of your own that must read the payload
+runs as that role too and claims through the same protocol (``qlsched.worker``): the
+worker reads a payload only through ``qlsched.worker_payloads``, for Runs queued or running.
+Do not grant any role more (the payload column, say): readiness checks the grants exactly,
+so ``qlsched check`` reports the extra grant and ``qlsched run`` refuses to start.
+
 This example only reads, as ``qlsched_observer`` (SELECT only), so it can run against a live
-cluster. The observer reads no secret: not the payload (a real dispatcher reads it with a
-role of its own, granted that column) and not the Attempt's callback token
+cluster. The observer reads no secret: not the payload and not the Attempt's callback token
 (``qlsched.attempts_redacted`` says whether one is set). The table and column names it
 uses are a contract (docs/contract.md §4). Its SQL is inline because it is an example; inside the
 package, SQL lives in ``qlsched/postgres/sql/``.

@@ -52,8 +52,8 @@ def main(args: argparse.Namespace) -> int:
 
     from qlsched.commands._common import fail, run_command
     from qlsched.commands._local import local_dsn
-    from qlsched.commands._signals import watch_signals
     from qlsched.commands.run import CannotListen, check_listen
+    from qlsched.signals import watch_signals
     from qlsched.ui.security import Tokens, is_loopback
 
     address = _address(args.http)

@@ -29,8 +29,9 @@ from qlsched.core.cron import (
     DstGap,
     parse_cron,
 )
-from qlsched.core.jitter import JITTER_MS_MAX, period_text, shortest_period_ms
+from qlsched.core.jitter import JITTER_MS_MAX, jitter_problem
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
+from qlsched.core.work import MAX_ATTEMPTS_MAX, RETRY_BACKOFF_MS_MAX, TIMEOUT_MS_MAX
 
 # The database's CHECK is `~ '^...$'`, where `$` is the end of the text; Python's `$` also
 # matches before a final newline, so `\Z` (or "abc\n" would pass here and fail there).
@@ -65,6 +66,14 @@ class TaskEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     project: Id
     id: Id
     command: str
+    shell: bool = False
+    """Run ``command`` with ``/bin/sh -c`` (default: split into argv, no shell)."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=TIMEOUT_MS_MAX)] = 0
+    """The worker stops the job after this long (0: no limit)."""
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=MAX_ATTEMPTS_MAX)] = 1
+    """Attempts a Run may have: a failed or lost one is retried while fewer were made."""
+    retry_backoff_ms: Annotated[int, msgspec.Meta(ge=0, le=RETRY_BACKOFF_MS_MAX)] = 0
+    """A retry's Attempt is not claimable before this long after the last one ended."""
 
 
 class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -196,11 +205,8 @@ def validate_publish_file(spec: PublishFile) -> None:
             if message.startswith("timezone: "):
                 raise SpecError(f"{label}: {message}") from None
             raise SpecError(f"{label}: cron: {message}") from None
-        if tr.jitter_ms and tr.jitter_ms >= (period := shortest_period_ms(schedule)):
-            raise SpecError(
-                f"{label}: jitter_ms: {tr.jitter_ms} is not below the trigger's shortest"
-                f" period between occurrences, {period_text(period)}"
-            )
+        if (problem := jitter_problem(tr.jitter_ms, schedule)) is not None:
+            raise SpecError(f"{label}: jitter_ms: {problem}")
 
 
 def _canonical(obj: dict[str, Any]) -> bytes:
@@ -208,10 +214,24 @@ def _canonical(obj: dict[str, Any]) -> bytes:
 
 
 def execution_payload(project_id: str, task: TaskEntry) -> str:
-    """The pinned execution revision's payload: canonical JSON text (hashed at every admit)."""
-    return _canonical(
-        {"command": task.command, "executor": EXECUTOR, "project": project_id, "task": task.id}
-    ).decode("utf-8")
+    """The pinned execution revision's payload: canonical JSON text (hashed at every admit).
+    The worker's fields join it only when not their defaults, so the digests of tasks
+    published before they existed stay the same (no re-revision on upgrade)."""
+    fields: dict[str, object] = {
+        "command": task.command,
+        "executor": EXECUTOR,
+        "project": project_id,
+        "task": task.id,
+    }
+    if task.shell:
+        fields["shell"] = True
+    if task.timeout_ms:
+        fields["timeout_ms"] = task.timeout_ms
+    if task.max_attempts != 1:
+        fields["max_attempts"] = task.max_attempts
+    if task.retry_backoff_ms:
+        fields["retry_backoff_ms"] = task.retry_backoff_ms
+    return _canonical(fields).decode("utf-8")
 
 
 def sha256_hex(text: str) -> str:

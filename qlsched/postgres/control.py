@@ -136,11 +136,11 @@ async def resume(
                 catch_up=catch_up,
             )
             next_ms, catch_up_ms = plan.next_fire_at_ms, plan.catch_up_at_ms
-            inside, paused = plan.inside, plan.paused
+            inside, paused, decided_from = plan.inside, plan.paused, plan.decided_from_ms
         else:
             # Archived or disabled: nothing would have run, so nothing is counted; the next
             # publish that makes it active starts a new revision (and cursor) anyway.
-            next_ms, catch_up_ms, inside, paused = cursor, None, 0, 0
+            next_ms, catch_up_ms, inside, paused, decided_from = cursor, None, 0, 0, None
         await conn.execute(
             query("control_resume"),
             ref.project_id,
@@ -149,6 +149,7 @@ async def resume(
             catch_up_ms,
             paused,
             now,
+            decided_from,
         )
         action_id, _ = await record_action(
             conn,

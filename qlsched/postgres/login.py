@@ -1,9 +1,10 @@
 """The commands' one-time check of who a DSN logs in as, before they touch a qlsched table.
 
 Each role may do one thing (publish: ``qlsched_admin``; run: ``qlsched_runtime``; status:
-``qlsched_observer``). Without this check a wrong DSN surfaces as a permission error on
-whichever table the command reads first; with it the user is told the role they logged in
-as and the role the command needs. A database without the schema is named as such too.
+``qlsched_observer``; work: ``qlsched_worker``). Without this check a wrong DSN surfaces
+as a permission error on whichever table the command reads first; with it the user is told
+the role they logged in as and the role the command needs. A database without the schema
+is named as such too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from qlsched.postgres.queries import query
 ADMIN: Final = "qlsched_admin"
 RUNTIME: Final = "qlsched_runtime"
 OBSERVER: Final = "qlsched_observer"
+WORKER: Final = "qlsched_worker"
 OWNER: Final = "qlsched_owner"
 
 NOT_INITIALISED: Final = "not initialised: run qlsched init-db"

@@ -14,11 +14,13 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 from qlsched.core.control import ActionTotal
-from qlsched.core.store import ScheduleView
+from qlsched.core.store import FailingCounts, ScheduleView
 from qlsched.postgres import observe
 from qlsched.postgres.control import read_action_totals, with_controls
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
+from qlsched.postgres.runs import with_outcomes
+from qlsched.postgres.status import STUCK_AFTER
 
 HTTP_POOL_SIZE: Final = 2
 ACQUIRE_TIMEOUT_S: Final = 0.25
@@ -43,7 +45,7 @@ class PostgresReader:
 
         async def fn(conn: Connection) -> list[ScheduleView]:
             views = [ScheduleView(**dict(r)) for r in await conn.fetch(sql, limit)]
-            return await with_controls(conn, views)
+            return await with_outcomes(conn, await with_controls(conn, views))
 
         return await self._db.run(fn)
 
@@ -51,14 +53,23 @@ class PostgresReader:
         self, after: tuple[str, str], limit: int = 1000
     ) -> list[ScheduleView]:
         async def fn(conn: Connection) -> list[ScheduleView]:
-            return await with_controls(
-                conn, await observe.schedules_after(conn, after, limit=limit)
-            )
+            views = await observe.schedules_after(conn, after, limit=limit)
+            return await with_outcomes(conn, await with_controls(conn, views))
 
         return await self._db.run(fn)
 
     async def action_totals(self) -> list[ActionTotal]:
         return await self._db.run(read_action_totals)
+
+    async def failing_counts(self) -> FailingCounts:
+        sql = query("failing_counts")
+
+        async def fn(conn: Connection) -> FailingCounts:
+            row = await conn.fetchrow(sql, STUCK_AFTER)
+            assert row is not None
+            return FailingCounts(**{k: int(v) for k, v in dict(row).items()})
+
+        return await self._db.run(fn)
 
 
 @asynccontextmanager

@@ -1,7 +1,7 @@
 """Controls the dashboard offers only when this qlsched has them.
 
-Cancelling a Run belongs to the worker (DESIGN §13): when ``qlsched.admin`` exports
-``cancel_run(dsn, run_id, *, note=None, actor=None)``, the Run page shows a Cancel button
+Cancelling a Run belongs to the worker (contract, the worker): when ``qlsched.admin``
+exports ``cancel(dsn, run_id, *, note=None, actor=None)``, the Run page shows a Cancel button
 for a Run that has not finished and the action calls it with the signed-in user as actor;
 until then there is no button and a POST to the cancel address answers 404. The outcome is
 shown by its ``message()`` when it has one, else by its text.
@@ -18,9 +18,9 @@ CancelRun = Callable[..., Awaitable[Any]]
 
 
 def cancel_function() -> CancelRun | None:
-    """``qlsched.admin.cancel_run`` when this version has it, else None."""
+    """``qlsched.admin.cancel`` when this version has it, else None."""
     admin = importlib.import_module("qlsched.admin")
-    found = getattr(admin, "cancel_run", None)
+    found = getattr(admin, "cancel", None)
     return cast(CancelRun, found) if callable(found) else None
 
 
@@ -34,6 +34,6 @@ async def cancel(dsn: str, run_id: uuid.UUID, *, note: str | None, actor: str) -
     fn = cancel_function()
     if fn is None:
         return None
-    outcome = await fn(dsn, run_id, note=note, actor=actor)
+    outcome = await fn(dsn, str(run_id), note=note, actor=actor)
     message = getattr(outcome, "message", None)
     return str(message()) if callable(message) else str(outcome)

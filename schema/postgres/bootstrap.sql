@@ -9,19 +9,20 @@
 DO $bootstrap$
 DECLARE
     r text;
+    f pg_catalog.regprocedure;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'qlsched_owner') THEN
         CREATE ROLE qlsched_owner NOLOGIN;
     END IF;
     FOREACH r IN ARRAY ARRAY['qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress',
-                             'qlsched_observer'] LOOP
+                             'qlsched_observer', 'qlsched_worker'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             EXECUTE pg_catalog.format('CREATE ROLE %I LOGIN', r);
         END IF;
     END LOOP;
     -- Least privilege, re-asserted on every run (fail closed if someone widened a role).
     FOREACH r IN ARRAY ARRAY['qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                             'qlsched_worker_ingress', 'qlsched_observer'] LOOP
+                             'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker'] LOOP
         EXECUTE pg_catalog.format(
             'ALTER ROLE %I NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS '
             'NOINHERIT', r);
@@ -34,16 +35,25 @@ BEGIN
         pg_catalog.current_setting('qlsched.lock_timeout_ms') || 'ms');
     EXECUTE pg_catalog.format('ALTER ROLE qlsched_runtime SET statement_timeout = %L',
         pg_catalog.current_setting('qlsched.statement_timeout_ms') || 'ms');
+    -- The observer's reads (status, dashboards) are bounded; a runaway one must end too.
+    ALTER ROLE qlsched_observer SET statement_timeout = '30s';
 
     -- Database: no PUBLIC access; CONNECT only for the LOGIN roles that need it.
     EXECUTE pg_catalog.format('REVOKE ALL ON DATABASE %I FROM PUBLIC', pg_catalog.current_database());
     EXECUTE pg_catalog.format('REVOKE ALL ON DATABASE %I FROM qlsched_worker_ingress, qlsched_owner',
         pg_catalog.current_database());
-    EXECUTE pg_catalog.format('GRANT CONNECT ON DATABASE %I TO qlsched_admin, qlsched_runtime, qlsched_observer',
+    EXECUTE pg_catalog.format('GRANT CONNECT ON DATABASE %I TO qlsched_admin, qlsched_runtime, qlsched_observer, qlsched_worker',
         pg_catalog.current_database());
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'public') THEN
         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
     END IF;
+    -- Large objects live outside every grant: with EXECUTE left to PUBLIC, any role that
+    -- may connect could store data with lo_from_bytea. No qlsched role uses them.
+    FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
+              WHERE p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace
+                AND (p.proname LIKE 'lo\_%' OR p.proname IN ('loread', 'lowrite')) LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
 END
 $bootstrap$;
 

@@ -36,6 +36,7 @@ ROLES = (
     "qlsched_runtime",
     "qlsched_worker_ingress",
     "qlsched_observer",
+    "qlsched_worker",
 )
 LOGIN_ROLES = ROLES[1:]
 MIGRATIONS = [m.name for m in load_migrations()]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
@@ -57,7 +57,8 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     ceiling, and the costs: decision_cost with its exact passed-over count, recovery_cost
     having marked exactly the live candidates, readiness_cost ready; the batch ceiling, the
     replicas' CPU per occurrence, the publish phase, the observe phase's three reads with
-    the bounded backlog, the drain's progress; with ``--scale`` the big burst, on the
+    the bounded backlog, the drain's progress; the worker's no-op jobs per second at
+    concurrency 1 and N, every job succeeded; with ``--scale`` the big burst, on the
     observe phase's triggers, and the big steady load, audited set-based; each phase's wall
     time), 0 duplicates and 0 lost in each drain and in steady."""
     proc = subprocess.run(
@@ -112,6 +113,23 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert report["drain"]["replica_cpu_us_per_occurrence"] > 0
     publish = report["publish"]
     assert publish["added"] == publish["unchanged"] == publish["triggers"] > 0
+    loaded = report["publish_under_load"]
+    assert loaded["published"] == publish["triggers"]
+    assert loaded["steady"]["duplicates"] == loaded["steady"]["lost"] == 0
+    assert loaded["steady"]["occurrences"] > 0
+    assert 0 < loaded["initialised"] <= loaded["published"]
+    assert "publish_under_load" in report["targets"]
+    punctual = report["on_time"]
+    assert punctual["duplicates"] == punctual["lost"] == 0
+    assert punctual["occurrences"] == punctual["expected_occurrences"] > 0
+    assert punctual["cadence_ms"] == 1000
+    assert "on_time" in report["targets"]
+
+    worker = report["worker"]
+    assert worker["concurrent"]["succeeded"] == worker["concurrent"]["jobs"] > 0
+    assert worker["floor"]["succeeded"] == worker["floor"]["jobs"] > 0
+    assert worker["concurrent"]["jobs_per_s"] > 0
+    assert "ratio" in worker
 
     decision = report["decision_cost"]
     assert decision["exact"] is True
@@ -144,9 +162,12 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "burst",
         "ceiling",
         "same_tick",
+        "worker",
         "steady",
+        "on_time",
         "scale",
         "publish",
+        "publish_load",
         "costs",
         "observe",
         "scale_burst",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = re.compile(r"embedded PostgreSQL \d+ \(pid (\d+)\) in (\S+)")
@@ -142,8 +142,9 @@ def _assert_nothing_left(d: Demo, *, timeout_s: float = 15.0) -> None:
 
 
 def test_demo_verifies_exactly_once_and_cleans_up(demo: Callable[..., Demo]) -> None:
-    """The demo runs 3 replicas for 12 s, kills one, verifies 0 duplicates and 0 lost, and
-    exits 0 with every process it started gone and its directories removed."""
+    """The demo runs 3 replicas for 12 s, kills one, verifies 0 duplicates and 0 lost, runs
+    every queued Run's job with a worker (all succeeded), and exits 0 with every process it
+    started gone and its directories removed."""
     started = time.monotonic()
     d = demo("--replicas", "3", "--seconds", "12")
     code = d.finish(timeout_s=120)
@@ -155,6 +156,9 @@ def test_demo_verifies_exactly_once_and_cleans_up(demo: Callable[..., Demo]) -> 
     assert "RESULT: exactly once held" in out
     assert re.search(r"SIGKILL replica-\d", out), out
     assert re.search(r"stopped replica-\d, replica-\d in order", out), out
+    jobs = re.search(r"ran (\d+) queued Runs' commands in [\d.]+ s: (\d+) succeeded$", out, re.M)
+    assert jobs is not None, out
+    assert int(jobs.group(1)) == int(jobs.group(2)) > 0, out
     assert took < 12 + 45, f"the demo took {took:.0f} s"
     _assert_nothing_left(d, timeout_s=2)
 

@@ -44,8 +44,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, in_ci
 
-pytestmark = pytest.mark.integration
-
 GENERATED = "  (generated password: shown only now)"
 
 
@@ -87,7 +85,7 @@ def test_init_db_creates_database_roles_schema_and_prints_dsns(pg_cluster: PgClu
         dsns = role_lines(result.stdout)
         for role in LOGIN_ROLES:
             assert dsns[role] == pg_cluster.dsn(name, role)
-        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
+        for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer", "qlsched_worker"):
             assert login(dsns[role]) == role
             assert fetchval(dsns[role], "SELECT current_database()") == name
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
@@ -121,7 +119,14 @@ def test_init_db_twice_changes_nothing(pg_cluster: PgCluster) -> None:
 def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
     """id -> (DSN, the one stderr line expected after ``qlsched init-db: ``, exit code):
     2 for a DSN that is bad input, 1 for one that is well formed but does not work."""
-    not_a_uri = "the DSN is not valid: it must be a postgresql:// URI"
+    not_a_uri = (
+        "the DSN is not valid: neither a postgresql:// URI nor libpq keyword=value pairs"
+        " (malformed at character 33)"
+    )
+    wrong_scheme = (
+        "the DSN is not valid: it must be a postgresql:// URI or libpq keyword=value pairs"
+        " (host=... dbname=...)"
+    )
     missing = unique_name("qlmissing")
     return {
         "unreachable": (
@@ -145,7 +150,7 @@ def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
             1,
         ),
         "not-a-uri": ("host=/nonexistent user=postgres hunter2", not_a_uri, 2),
-        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", not_a_uri, 2),
+        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", wrong_scheme, 2),
         "empty": ("", "the DSN is empty", 2),
         "port-out-of-range": (
             "postgresql://postgres:hunter2@127.0.0.1:99999/postgres",
@@ -312,7 +317,8 @@ def _clear_passwords(server: EmbeddedPostgres) -> None:
         server.dsn(),
         "DO $$ DECLARE r text; BEGIN"
         " FOR r IN SELECT rolname FROM pg_catalog.pg_roles WHERE rolname IN"
-        " ('qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress', 'qlsched_observer')"
+        " ('qlsched_admin', 'qlsched_runtime', 'qlsched_worker_ingress', 'qlsched_observer',"
+        " 'qlsched_worker')"
         " LOOP EXECUTE pg_catalog.format('ALTER ROLE %I PASSWORD NULL', r); END LOOP; END $$",
     )
 
@@ -348,7 +354,7 @@ def test_generated_passwords_are_scram_and_log_in(tcp_server: EmbeddedPostgres) 
         assert (stored[role] or "").startswith("SCRAM-SHA-256$4096:"), role
 
     printed = {role: line.removesuffix(GENERATED) for role, line in dsns.items()}
-    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer"):
+    for role in ("qlsched_admin", "qlsched_runtime", "qlsched_observer", "qlsched_worker"):
         assert login(printed[role]) == role
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         login(printed["qlsched_worker_ingress"])

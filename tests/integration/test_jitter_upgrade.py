@@ -38,8 +38,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, sql_run
 
-pytestmark = pytest.mark.integration
-
 OLD_LAST = 7
 CURSOR_MS = 4_102_444_800_000  # 2100-01-01
 TASK = TaskEntry(project="p", id="task", command="true")
@@ -155,7 +153,7 @@ def test_a_database_at_0007_upgrades_keeping_revisions_and_cursors(
         upgrade = run_migrate(su)
 
         assert upgrade.applied == [m.name for m in load_migrations() if m.version > OLD_LAST]
-        assert upgrade.applied == ["0008_jitter.sql"]
+        assert upgrade.applied[0] == "0008_jitter.sql"
         report = readiness(pg_cluster.dsn(name, "qlsched_runtime"))
         assert report.ready, report.findings
         after = {

@@ -24,7 +24,7 @@ import pytest
 from qlsched.embedded import open_embedded
 from tests.integration.schema_support import clean_env, run_cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TRIGGERS = str(REPO / "examples" / "triggers.toml")
@@ -147,6 +147,9 @@ def test_local_dsn_works_from_another_process(local_env: dict[str, str]) -> None
     status = run_cli(["status", "--json", "--dsn", observer.stdout.strip()], timeout=60)
     assert status.returncode == 0, status.stderr
     assert len(json.loads(status.stdout)["schedules"]) == 6
+    worker = run_cli(["local", "dsn", "worker"], env=local_env, timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.startswith("postgresql://qlsched_worker@")
     bad = run_cli(["local", "dsn", "nobody"], env=local_env, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.startswith("qlsched local dsn: no role 'nobody'")

@@ -37,8 +37,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, TestDatabase, create_database, drop_database, sql_run
 
-pytestmark = pytest.mark.integration
-
 TABLES = (
     "projects",
     "tasks",
@@ -65,6 +63,13 @@ LEASE_CURSOR_COLUMNS = (
     "updated_at_ms",
     "skipped_total",
     "coalesced_total",
+    # the accounting and the stuck-row counters its decisions and failures change (0009)
+    "decided_from_ms",
+    "already_admitted_total",
+    "backfilled_total",
+    "failures",
+    "last_failure",
+    "last_failure_at_ms",
 )
 TRIGGER_SPEC_COLUMNS = (
     "revision",
@@ -230,8 +235,64 @@ SECRET_COLUMNS = (
     ("tasks", "command"),
     ("execution_revisions", "payload"),
     ("attempts", "callback_token"),
+    ("attempts", "output_tail"),
 )
-RELATIONS = (*TABLES, "catalog_reference", "attempts_redacted", "control_requests")
+RELATIONS = (
+    *TABLES,
+    "catalog_reference",
+    "attempts_redacted",
+    "control_requests",
+    "worker_payloads",
+)
+# The worker (migration 0010): a Run without its admission fence, the Attempt without the
+# callback token or the output it writes, the event numbers, the payload through its view.
+WORKER_RUN_COLUMNS = (
+    "run_id",
+    "project_id",
+    "trigger_id",
+    "trigger_revision",
+    "task_id",
+    "task_revision",
+    "execution_revision_id",
+    "scheduled_for_ms",
+    "idempotency_key",
+    "state",
+    "queued_at_ms",
+    "cancel_requested",
+    "created_at_ms",
+    "started_at_ms",
+    "finished_at_ms",
+    "retry_at_ms",
+)
+WORKER_READS = {
+    "runs": WORKER_RUN_COLUMNS,
+    "attempts": (
+        "attempt_id",
+        "run_id",
+        "attempt_no",
+        "executor_kind",
+        "state",
+        "worker_id",
+        "session_id",
+        "lease_id",
+        "offer_id",
+        "started_at_ms",
+        "result",
+        "error",
+        "created_at_ms",
+        "lease_expires_at_ms",
+        "heartbeat_at_ms",
+        "finished_at_ms",
+        "exit_code",
+    ),
+    "run_events": ("run_id", "seq"),
+}
+# The admin's cancel: a Run's identity and state, its Attempts' states, the event numbers.
+ADMIN_RUN_READS = {
+    "runs": ("run_id", "project_id", "trigger_id", "trigger_revision", "state", "cancel_requested"),
+    "attempts": ("attempt_id", "run_id", "attempt_no", "state"),
+    "run_events": ("run_id", "seq"),
+}
 # Of a task, what admit compares; the command is never the runtime's business.
 RUNTIME_TASK_COLUMNS = ("project_id", "task_id", "revision", "content_digest")
 
@@ -255,12 +316,23 @@ def _columns(dsn: str) -> list[tuple[str, str]]:
 def _may_read(relation: str, column: str, role: str) -> bool:
     """docs/contract.md §4's read rights, column by column (the rule the matrix test pins)."""
     if role == "qlsched_observer":
-        return (relation, column) not in SECRET_COLUMNS
+        return (relation, column) not in SECRET_COLUMNS and relation != "worker_payloads"
     if role == "qlsched_runtime":
         if relation == "tasks":
             return column in RUNTIME_TASK_COLUMNS
-        return relation not in ("run_events", "attempts_redacted")
+        return relation not in ("run_events", "attempts_redacted", "worker_payloads")
+    if role == "qlsched_worker":
+        if relation in WORKER_READS:
+            return column in WORKER_READS[relation]
+        return relation in (
+            "capability",
+            "schema_migrations",
+            "catalog_reference",
+            "worker_payloads",
+        )
     assert role == "qlsched_admin"
+    if relation in ADMIN_RUN_READS:
+        return column in ADMIN_RUN_READS[relation]
     return relation in (*SPECS, "trigger_schedules", "control_requests")
 
 
@@ -283,12 +355,16 @@ def _readable(dsn: str, columns: list[tuple[str, str]]) -> dict[tuple[str, str],
     return sql_run(dsn, fn)
 
 
-@pytest.mark.parametrize("role", ["qlsched_observer", "qlsched_runtime", "qlsched_admin"])
+@pytest.mark.parametrize(
+    "role", ["qlsched_observer", "qlsched_runtime", "qlsched_admin", "qlsched_worker"]
+)
 def test_each_role_reads_exactly_its_columns(shared_db: TestDatabase, role: str) -> None:
     """Rule: each role may SELECT exactly the columns it needs and every other column is
     refused with SQLSTATE 42501: the observer every column but tasks.command,
     execution_revisions.payload and attempts.callback_token; the runtime no task command,
-    nothing of run_events (it only writes them); the admin the specs and schedules only."""
+    nothing of run_events (it only writes them); the admin the specs and schedules, and of
+    Runs what cancel needs; the worker a Run without its admission fence, an Attempt without
+    its callback token or output, and the payload only through worker_payloads."""
     columns = _columns(shared_db.superuser_dsn)
     assert set(SECRET_COLUMNS) <= set(columns)
     expected = {c: "ok" if _may_read(*c, role) else "42501" for c in columns}

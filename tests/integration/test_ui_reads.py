@@ -19,8 +19,6 @@ from qlsched.tools.bench_data import PROJECT, RowState
 from tests.integration.adapter_support import Env
 from tests.integration.test_observe import check_plan, env, load
 
-pytestmark = pytest.mark.integration
-
 __all__ = ["env"]
 
 TOP = "4611686018427387903"

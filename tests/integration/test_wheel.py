@@ -21,7 +21,7 @@ import pytest
 from tests.integration.schema_support import MIGRATIONS, clean_env
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 

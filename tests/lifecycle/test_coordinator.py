@@ -10,14 +10,14 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
 
-import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 import qlsched.core.spec_cache as spec_cache_module
+import qlsched.engine.round as coordinator_module
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import ConfigError
 from qlsched.core.cron import CronSchedule
+from qlsched.engine.stats import RoundStats
 from tests.lifecycle.conftest import (
     BASE_MS,
     MINUTE_MS,
@@ -27,8 +27,6 @@ from tests.lifecycle.conftest import (
     on,
 )
 from tests.support.memory_store import MemoryStore
-
-pytestmark = pytest.mark.lifecycle
 
 TICK_MS = BASE_MS - 30_000
 """The cron tick (every minute) just before the store's time at Trio time 0."""
@@ -105,8 +103,8 @@ async def test_ids_are_minted_only_for_fire(
     minted: list[uuid.UUID] = []
     real_new_id = keys_module.new_id
 
-    def counting_new_id() -> uuid.UUID:
-        minted.append(real_new_id())
+    def counting_new_id(owner: str | None = None) -> uuid.UUID:
+        minted.append(real_new_id(owner))
         return minted[-1]
 
     monkeypatch.setattr(keys_module, "new_id", counting_new_id)

@@ -27,7 +27,13 @@ from qlsched.postgres.migrate import migrate
 
 T = TypeVar("T")
 TEMPLATE = "qlsched_template"
-ROLES = ("qlsched_admin", "qlsched_runtime", "qlsched_worker_ingress", "qlsched_observer")
+ROLES = (
+    "qlsched_admin",
+    "qlsched_runtime",
+    "qlsched_worker_ingress",
+    "qlsched_observer",
+    "qlsched_worker",
+)
 _counter = itertools.count(1)
 
 
@@ -131,6 +137,10 @@ class TestDatabase:
     @property
     def observer_dsn(self) -> str:
         return self.dsn("qlsched_observer")
+
+    @property
+    def worker_dsn(self) -> str:
+        return self.dsn("qlsched_worker")
 
 
 def create_database(cluster: PgCluster) -> TestDatabase:

@@ -234,7 +234,7 @@ class _Connection:
                     name, pos = _cstring(payload, 0)
                     sql, _ = _cstring(payload, pos)
                     self.statements[name] = sql
-                    if ADMIT_MARKER in sql:
+                    if self.proxy.marker in sql:
                         self.admit_statements.add(name)
                     else:
                         self.admit_statements.discard(name)
@@ -340,8 +340,11 @@ class PgProxy:
         *,
         on_admit: AdmitHook | None = None,
         on_statement: StatementHook | None = None,
+        marker: bytes = ADMIT_MARKER,
     ) -> None:
         self.upstream = str(upstream)
+        self.marker = marker
+        """What the SQL of a statement the hook sees contains (default: the admit's)."""
         self.on_admit: AdmitHook = on_admit or _no_hook
         self.on_statement: StatementHook = on_statement or _no_statement_hook
         self.port = 0

@@ -17,13 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
 from qlsched.admin import sync
 from tests.ui.site import Site, query
-
-pytestmark = [pytest.mark.integration, pytest.mark.ui]
 
 SHOTS = os.environ.get("QLSCHED_UI_SCREENSHOTS")
 

@@ -12,13 +12,9 @@ import urllib.parse
 import urllib.request
 from typing import Final
 
-import pytest
-
 from qlsched.ui.web import CSP
 from tests.integration.schema_support import run_cli
 from tests.ui.site import ADMIN, VIEWER, Site, process, query
-
-pytestmark = pytest.mark.integration
 
 TARGET: Final = "/schedules/billing/billing-02"
 

@@ -9,7 +9,7 @@ from qlsched.core.control import ActionTotal
 
 def test_action_series_appear_after_a_read_with_every_kind_from_zero() -> None:
     """Rule: before any read there is no action series (no invented zero); after a read of
-    an empty totals table, pause and resume show 0 and qlsched_paused_total 0; later reads
+    an empty totals table, pause, resume and cancel show 0 and qlsched_paused_total 0; later reads
     replace the values (database-wide totals, not increments)."""
     metrics = Metrics()
     assert b"qlsched_schedule_actions" not in metrics.render()
@@ -19,6 +19,7 @@ def test_action_series_appear_after_a_read_with_every_kind_from_zero() -> None:
     r = metrics.registry
     assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "pause"}) == 0
     assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "resume"}) == 0
+    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "cancel"}) == 0
     assert r.get_sample_value("qlsched_paused_total") == 0
 
     metrics.set_action_totals([ActionTotal("pause", 5, 0), ActionTotal("resume", 4, 1234)])

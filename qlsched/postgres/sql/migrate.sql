@@ -30,11 +30,11 @@ SELECT pg_catalog.current_setting('server_version_num')::int AS version_num,
  WHERE r.rolname = CURRENT_USER;
 
 -- name: roles_present
--- How many of the five qlsched roles exist.
+-- How many of the six qlsched roles exist.
 SELECT pg_catalog.count(*)::int
   FROM pg_catalog.pg_roles
  WHERE rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                   'qlsched_worker_ingress', 'qlsched_observer');
+                   'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker');
 
 -- name: ledger_exists
 SELECT pg_catalog.to_regclass('qlsched.schema_migrations') IS NOT NULL;

@@ -77,12 +77,12 @@ SELECT 'schema qlsched', pg_catalog.pg_get_userbyid(n.nspowner)::text
  WHERE n.nspname = 'qlsched' AND pg_catalog.pg_get_userbyid(n.nspowner) <> 'qlsched_owner';
 
 -- name: role_attributes
--- The attributes of the five roles (the bootstrap makes each NOINHERIT, none privileged).
+-- The attributes of the six roles (the bootstrap makes each NOINHERIT, none privileged).
 SELECT r.rolname::text AS role, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb,
        r.rolreplication, r.rolbypassrls, r.rolcanlogin
   FROM pg_catalog.pg_roles AS r
  WHERE r.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                     'qlsched_worker_ingress', 'qlsched_observer')
+                     'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker')
  ORDER BY 1;
 
 -- name: role_memberships
@@ -94,9 +94,9 @@ SELECT m.rolname::text AS member, g.rolname::text AS granted
   JOIN pg_catalog.pg_roles AS m ON m.oid = am.member
   JOIN pg_catalog.pg_roles AS g ON g.oid = am.roleid
  WHERE m.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                     'qlsched_worker_ingress', 'qlsched_observer')
+                     'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker')
     OR g.rolname IN ('qlsched_owner', 'qlsched_admin', 'qlsched_runtime',
-                     'qlsched_worker_ingress', 'qlsched_observer')
+                     'qlsched_worker_ingress', 'qlsched_observer', 'qlsched_worker')
  ORDER BY 1, 2;
 
 -- name: runtime_settings

@@ -6,6 +6,8 @@
 -- still NULL. Anything else stays a candidate (fail closed). Already-marked ones are left out.
 -- Reads only non-terminal Attempts (attempts_live_idx), each checked for a newer Attempt of
 -- its Run by the (run_id, attempt_no) key: the cost follows live work, never the history.
+-- An Attempt a worker holds under a lease (running, with a lease expiry: migration 0010) is
+-- the worker's, expired or not: workers mark it lost, never the scheduler.
 SELECT a.attempt_id, a.run_id,
        CASE
          WHEN EXISTS (SELECT 1 FROM qlsched.attempts AS n
@@ -30,6 +32,7 @@ SELECT a.attempt_id, a.run_id,
  WHERE a.state IN ('claimed', 'dispatching', 'running')
    AND r.owner = 'runtime'
    AND NOT EXISTS (SELECT 1 FROM qlsched.recovery_marks AS m WHERE m.attempt_id = a.attempt_id)
+   AND NOT (a.state = 'running' AND a.lease_id IS NOT NULL AND a.lease_expires_at_ms IS NOT NULL)
    AND NOT (a.state = 'claimed' AND r.state = 'queued'
             AND NOT r.cancel_requested AND r.queued_at_ms IS NOT NULL
             AND a.executor_kind = 'remote_worker'

@@ -1,8 +1,10 @@
 """One bench run, start to end: the phases in order, then the report.
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
-ratio compares like with like), the same-tick drain, steady, scale (claim latency at each
-size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
+ratio compares like with like), the same-tick drain, the worker (no-op jobs per second),
+steady, on_time (every-second triggers at the default settings), scale (claim latency at
+each size and the replicas' RSS), publish (a large file, twice), publish_load (the steady
+load while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
@@ -34,6 +36,8 @@ from qlsched.tools.bench.hundredfold import (
     scale_targets,
 )
 from qlsched.tools.bench.observe import observe, observe_targets
+from qlsched.tools.bench.on_time import on_time
+from qlsched.tools.bench.publish_load import publish_under_load
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
@@ -41,7 +45,9 @@ from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
-from qlsched.tools.bench.targets import targets
+from qlsched.tools.bench.sweep import SweepReport, sweep
+from qlsched.tools.bench.targets import on_time_targets, publish_load_targets, targets
+from qlsched.tools.bench.worker import worker_throughput
 
 T = TypeVar("T")
 
@@ -55,6 +61,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     """The bench database, as ``qlsched_runtime`` (replicas, pgbench, claim timings)."""
     observer_dsn: str
     """The bench database, as ``qlsched_observer`` (status, in the observe phase)."""
+    worker_dsn: str
+    """The bench database, as ``qlsched_worker`` (the worker phase)."""
     embedded: bool
     pgbench: Path
 
@@ -73,6 +81,7 @@ async def run_bench(
             db=db,
             runtime_dsn=target.runtime_dsn,
             observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
@@ -95,9 +104,12 @@ async def run_bench(
         drain = await timed("burst", burst(session))
         pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
         tick = await timed("same_tick", same_tick(session))
+        work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
+        punctual = await timed("on_time", on_time(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
+        under_load = await timed("publish_load", publish_under_load(session))
         cost = await timed("costs", costs(session, keep_history=True))
         observed = await timed(
             "observe",
@@ -133,6 +145,7 @@ async def run_bench(
         ),
         drain=drain,
         drain_same_tick=tick,
+        worker=work,
         steady=steady_result,
         claim_latency_us=claims,
         rss_mb={r.triggers: r.rss_mb for r in rss},
@@ -149,15 +162,43 @@ async def run_bench(
             costs=cost,
             publishing=published,
         )
+        | publish_load_targets(under_load)
+        | on_time_targets(punctual)
         | observe_targets(observed)
         | ({} if big is None else scale_targets(big)),
         observe=observed,
         scale=big,
         publish=published,
+        publish_under_load=under_load,
+        on_time=punctual,
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
+        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady, punctual)
+        and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )
+
+
+async def run_sweep_bench(
+    target: Target, options: BenchOptions, counts: list[int], *, fleet: Fleet, workdir: Path
+) -> SweepReport:
+    """``--sweep``: the burst drain and its ceiling at each replica count (``sweep``)."""
+    async with open_database(
+        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
+    ) as db:
+        session = BenchSession(
+            options=options,
+            db=db,
+            runtime_dsn=target.runtime_dsn,
+            observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
+            fleet=fleet,
+            workdir=workdir,
+            pgbench=target.pgbench,
+            started=time.monotonic(),
+        )
+        facts = await session.call(bench_data.server_facts)
+        session.note(f"PostgreSQL {facts.version}; sweep {counts} over {options.triggers:,}")
+        return await sweep(session, counts, max_replicas=max(counts))

@@ -144,6 +144,7 @@ class BenchSession:
     """The superuser's pool on the bench database."""
     runtime_dsn: str
     observer_dsn: str
+    worker_dsn: str
     fleet: Fleet
     workdir: Path
     pgbench: Path

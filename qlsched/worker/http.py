@@ -1,0 +1,76 @@
+"""The worker's HTTP: ``/metrics`` (Prometheus text: claims, outcomes by code, job
+durations, lost leases, retries, finish problems) and ``/healthz``, on hypercorn's Trio
+worker. Nothing else: a worker admits nothing, so it has no readiness to withdraw."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+
+from qlsched.worker.metrics import WorkerMetrics
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+class WorkerApp:
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if scope["method"] != "GET" or path not in ("/metrics", "/healthz"):
+            status, body, kind = 404, b"not found\n", b"text/plain"
+        elif path == "/metrics":
+            status, body, kind = 200, self.metrics.render(), CONTENT_TYPE
+        else:
+            status, body, kind = 200, b"ok\n", b"text/plain"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", kind), (b"content-length", b"%d" % len(body))],
+                "trailers": False,
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def serve_worker_http(
+    metrics: WorkerMetrics,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; reports the bound address (``port=0`` works)."""
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(
+                hypercorn.trio.serve,
+                WorkerApp(metrics),
+                config,
+                shutdown_trigger=trio.sleep_forever,
+                mode="asgi",
+            )
+        )
+        task_status.started(binds[0])
