@@ -23,7 +23,7 @@ from qlsched.postgres.status import StatusRequest
 RECENT_WINDOW: Final = 1000
 """The latest Runs the overview reads replicas, workers and lag from."""
 FAILED_LIMIT: Final = 10_000
-"""Failed Runs of the last hour counted up to this."""
+"""Runs that failed in the last hour counted up to this."""
 CLAIMS_LIMIT: Final = 10_000
 """Claims in flight the overview reads (a few per replica in a healthy cluster)."""
 HOUR_MS: Final = 3_600_000
@@ -147,6 +147,8 @@ class RunLine(msgspec.Struct, frozen=True):
     queued_at_ms: int | None
     created_at_ms: int
     admitted_by_owner: str
+    started_at_ms: int | None
+    finished_at_ms: int | None
     last_event_at_ms: int | None
 
     @property
@@ -155,10 +157,15 @@ class RunLine(msgspec.Struct, frozen=True):
 
     @property
     def duration_ms(self) -> int | None:
-        """From admission to its last state change, once it has finished."""
-        if not self.finished or self.last_event_at_ms is None:
+        """How long it ran (its worker's start to its end), once it has finished; for a
+        Run that never started (cancelled while queued) from admission to its end."""
+        if not self.finished:
             return None
-        return max(0, self.last_event_at_ms - self.created_at_ms)
+        end = self.finished_at_ms if self.finished_at_ms is not None else self.last_event_at_ms
+        if end is None:
+            return None
+        start = self.started_at_ms if self.started_at_ms is not None else self.created_at_ms
+        return max(0, end - start)
 
 
 class Run(RunLine, frozen=True, kw_only=True):

@@ -1,7 +1,7 @@
 """The dashboard's actions: the admin API's own calls, with the signed-in user as actor.
 
 Each POST has passed the app's checks (admin, same origin, CSRF) before it gets here, and
-calls ``qlsched.admin`` (pause, resume, trigger-now, backfill; the bulk forms call
+calls ``qlsched.admin`` (pause, resume, trigger-now, backfill, cancel; bulk forms call
 ``postgres.control``'s pause and resume on one admin connection), so each action is the
 same transaction with the same ``schedule_actions`` row as the command line's. Then the
 browser is sent back to the page it acted on, with one line saying what happened.
@@ -15,7 +15,6 @@ filter matches (at most ``BULK_MAX``).
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Final, assert_never
 
@@ -44,11 +43,17 @@ from qlsched.core.requests import (
     RecordResult,
     backfill_count,
 )
+from qlsched.core.work import (
+    AlreadyFinished,
+    CancelledQueued,
+    CancelOutcome,
+    CancelRequested,
+    UnknownRun,
+)
 from qlsched.postgres import control
 from qlsched.postgres import ui as reads
 from qlsched.postgres.login import WrongRole
 from qlsched.postgres.pool import Connection
-from qlsched.ui import hooks
 from qlsched.ui.app import Dashboard
 from qlsched.ui.pages import schedule_filter, schedule_page
 from qlsched.ui.render import iso
@@ -205,16 +210,29 @@ async def backfill(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Resp
     return _back(ui, ref, record_text(result))
 
 
+def cancel_text(outcome: CancelOutcome) -> str:
+    match outcome:
+        case CancelledQueued(run_id=run_id):
+            return f"cancelled Run {run_id} (it was queued)"
+        case CancelRequested(run_id=run_id):
+            return f"asked the worker of Run {run_id} to stop it (at its next heartbeat)"
+        case AlreadyFinished(run_id=run_id, state=state):
+            return f"Run {run_id} is {state}: nothing changed"
+        case UnknownRun(run_id=run_id):
+            return f"no Run {run_id}"
+        case _:
+            assert_never(outcome)
+
+
 async def cancel_run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
+    """POST: cancel a Run through ``qlsched.admin.cancel`` (queued: at once; running: its
+    worker stops the job at its next heartbeat), audited with the signed-in user."""
+    run_id = groups[0]
     try:
-        run_id = uuid.UUID(groups[0])
-        note = _note(req)
-        line = await hooks.cancel(_dsn(ui), run_id, note=note, actor=_actor(req))
-    except (ValueError, ControlError) as exc:
-        return ui.back(f"/runs/{groups[0]}", str(exc))
-    if line is None:
-        return text(404, "this qlsched cannot cancel a Run")
-    return ui.back(f"/runs/{run_id}", line)
+        outcome = await admin.cancel(_dsn(ui), run_id, note=_note(req), actor=_actor(req))
+    except ControlError as exc:
+        return ui.back(f"/runs/{run_id}", str(exc))
+    return ui.back(f"/runs/{run_id}", cancel_text(outcome))
 
 
 async def _matching(ui: Dashboard, req: Request) -> tuple[dict[str, str], list[TriggerRef]]:

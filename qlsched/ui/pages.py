@@ -18,7 +18,6 @@ from qlsched.postgres import ui as reads
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.status import StatusRequest
 from qlsched.ui.app import Dashboard
-from qlsched.ui.hooks import cancel_available
 from qlsched.ui.timeline import timeline
 from qlsched.ui.web import Request, Response, text
 
@@ -215,7 +214,7 @@ async def run(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
         attempts=attempts,
         events=events,
         now=now,
-        can_cancel=cancel_available() and not r.finished,
+        can_cancel=not r.finished and not r.cancel_requested,
         flash=ui.flash(req),
     )
 

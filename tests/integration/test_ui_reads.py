@@ -9,8 +9,6 @@ the status and ``/v1/schedules`` reads).
 
 from __future__ import annotations
 
-import pytest
-
 from qlsched.postgres import ui
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.queries import query
@@ -41,7 +39,7 @@ READS = {
     "ui_runs": ([TOP, MAX_ID, "0", "''", "51"], {"runs_created_idx"}),
     "ui_runs_in_state": ([TOP, MAX_ID, "0", "'failed'", "51"], {"runs_state_created_idx"}),
     "ui_recent_owners": (["1000"], {"runs_created_idx"}),
-    "ui_failed_since": (["0", "10001"], {"runs_state_created_idx"}),
+    "ui_failed_since": (["0", "10001"], {"runs_state_idx"}),
     "ui_claims_now": (["0", "10000"], {"trigger_schedules_expiry_idx"}),
 }
 

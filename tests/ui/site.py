@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -17,6 +18,7 @@ from qlsched.admin import ProjectEntry, TaskEntry, TriggerEntry, sync
 from tests.integration.schema_support import clean_env
 from tests.support.pg import TestDatabase, sql_run
 
+T = TypeVar("T")
 VIEWER: Final = "viewer-token-for-tests"
 ADMIN: Final = "admin-token-for-tests"
 PROJECTS: Final = ("billing", "reports")
@@ -29,6 +31,13 @@ class Site(msgspec.Struct, frozen=True):
     """``http://127.0.0.1:PORT``."""
 
 
+def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn`` on a thread of its own: Playwright's sync API keeps an asyncio loop marked
+    running on the test's thread, where ``qlsched.admin.sync`` (rightly) refuses to run."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
 def publish(db: TestDatabase, per_project: int = 6) -> None:
     projects = [ProjectEntry(id=p) for p in PROJECTS]
     tasks = [TaskEntry(project=p, id="job", command="true") for p in PROJECTS]
@@ -37,7 +46,7 @@ def publish(db: TestDatabase, per_project: int = 6) -> None:
         for p in PROJECTS
         for i in range(per_project)
     ]
-    sync.publish(db.admin_dsn, projects=projects, tasks=tasks, triggers=triggers)
+    in_thread(sync.publish, db.admin_dsn, projects=projects, tasks=tasks, triggers=triggers)
 
 
 def query(db: TestDatabase, sql: str, *args: Any) -> list[dict[str, Any]]:

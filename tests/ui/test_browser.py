@@ -20,7 +20,7 @@ from pathlib import Path
 from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect
 
 from qlsched.admin import sync
-from tests.ui.site import Site, query
+from tests.ui.site import Site, in_thread, query
 
 SHOTS = os.environ.get("QLSCHED_UI_SCREENSHOTS")
 
@@ -186,9 +186,10 @@ def test_a_backfill_shows_its_count_then_the_replica_admits_those_runs(
 def test_trigger_now_and_bulk_pause_act_on_the_database(
     site: Site, admin_context: BrowserContext
 ) -> None:
-    """Rule: Trigger now records a request that the replica turns into one manual Run; a
-    bulk pause shows how many schedules the filter matches and pauses exactly those, each
-    with its own audit row by the signed-in user."""
+    """Rule: Trigger now records a request that the replica turns into one manual Run;
+    Cancel on that queued Run cancels it, audited with the user and note, and the button is
+    gone; a bulk pause shows how many schedules the filter matches and pauses exactly
+    those, each with its own audit row by the signed-in user."""
     page = admin_context.new_page()
     page.goto("/schedules/billing/billing-03")
     page.click("form[action$='/trigger'] button")
@@ -216,6 +217,17 @@ def test_trigger_now_and_bulk_pause_act_on_the_database(
     page.click("table.runs tbody tr >> nth=0 >> a >> nth=0")
     expect(page.locator("h2", has_text="Events")).to_be_visible()
     shot(page, "run")
+    page.fill("form[action$='/cancel'] input[name=note]", "not today")
+    page.click("text=Cancel this Run")
+    expect(page.locator(".flash")).to_contain_text("(it was queued)")
+    [cancelled] = query(
+        site.db,
+        "SELECT r.state, a.actor_label, a.note FROM qlsched.runs AS r JOIN"
+        " qlsched.schedule_actions AS a ON a.kind = 'cancel' AND a.trigger_id = r.trigger_id"
+        " WHERE r.idempotency_key LIKE 'ql3:manual:v1:billing-03:%'",
+    )
+    assert cancelled == {"state": "cancelled", "actor_label": "alice", "note": "not today"}
+    assert page.locator("form[action$='/cancel']").count() == 0
     page.goto("/audit")
     shot(page, "audit")
     page.goto("/schedules")
@@ -274,7 +286,7 @@ def test_the_overview_refreshes_itself_with_the_small_script(
     page = admin_context.new_page()
     page.clock.install()
     page.goto("/")
-    sync.trigger_now(site.db.admin_dsn, "billing/billing-02", actor="refresh-test")
+    in_thread(sync.trigger_now, site.db.admin_dsn, "billing/billing-02", actor="refresh-test")
     manual = "SELECT 1 FROM qlsched.runs WHERE idempotency_key LIKE 'ql3:manual:v1:billing-02:%'"
     wait_for(lambda: len(query(site.db, manual)) == 1)
     [counted] = query(

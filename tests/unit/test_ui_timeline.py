@@ -12,7 +12,7 @@ NOW = 1_800_000_000_000
 
 
 def run(at: int, state: str = "succeeded") -> RunLine:
-    return RunLine(uuid.uuid4(), "p", "t", 1, at, "k", state, at, at, "r", at)
+    return RunLine(uuid.uuid4(), "p", "t", 1, at, "k", state, at, at, "r", at, at, at)
 
 
 def test_now_is_centred_and_the_past_mirrors_the_upcoming_reach() -> None:

@@ -52,11 +52,12 @@ SELECT c.claim_owner AS owner,
  ORDER BY c.claim_owner;
 
 -- name: ui_failed_since
--- Runs that failed, created at or after $1, counted up to $2 (runs_state_created_idx).
+-- Runs that failed at or after $1 (their finished_at_ms), counted up to $2
+-- (runs_state_idx: state, finished_at_ms).
 SELECT pg_catalog.count(*)::bigint
   FROM (SELECT 1 FROM qlsched.runs AS r
-         WHERE r.state = 'failed' AND r.created_at_ms >= $1
-         ORDER BY r.created_at_ms DESC
+         WHERE r.state = 'failed' AND r.finished_at_ms >= $1
+         ORDER BY r.finished_at_ms DESC
          LIMIT $2) AS f;
 
 -- name: ui_stuck_requests
@@ -142,6 +143,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
 -- ui_trigger_runs_at and pages on scheduled_for_ms.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       r.started_at_ms, r.finished_at_ms,
        e.at_ms AS last_event_at_ms
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
@@ -155,6 +157,7 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- revisions, a trigger-now in the same millisecond), at most $4, in no order.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       r.started_at_ms, r.finished_at_ms,
        e.at_ms AS last_event_at_ms
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
@@ -167,6 +170,7 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- state $4 ('' = any), $5 at most (runs_created_idx read backwards).
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       r.started_at_ms, r.finished_at_ms,
        e.at_ms AS last_event_at_ms
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
@@ -183,6 +187,7 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- generic plan (which cannot know how common $4 is) walks this index, not runs_created_idx.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       r.started_at_ms, r.finished_at_ms,
        e.at_ms AS last_event_at_ms
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
@@ -197,6 +202,7 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- One Run: $1 run id.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
+       r.started_at_ms, r.finished_at_ms,
        r.task_id, r.task_revision, r.cancel_requested,
        (SELECT v.at_ms FROM qlsched.run_events AS v
          WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS last_event_at_ms
