@@ -98,6 +98,9 @@ class ScheduleLine(msgspec.Struct, frozen=True):
     skipped_total: int
     coalesced_total: int
     paused_total: int
+    failures: int
+    """Admissions of this row that failed in a row (0 once one succeeds)."""
+    last_failure: str | None
     last_state: str | None
     last_scheduled_for_ms: int | None
 
@@ -133,6 +136,9 @@ class Schedule(msgspec.Struct, frozen=True):
     skipped_total: int
     coalesced_total: int
     paused_total: int
+    failures: int
+    last_failure: str | None
+    last_failure_at_ms: int | None
     project_state: str
 
 

@@ -142,3 +142,28 @@ async def test_a_triggers_runs_page_by_occurrence_and_keep_ties_together(env: En
             before = page[-1].scheduled_for_ms
 
     assert await connect_once(env.db.observer_dsn, walk) == times
+
+
+async def test_the_failing_filter_finds_failing_admissions(env: Env) -> None:
+    """Rule: state "failing" lists the schedules whose admissions are failing (failures >
+    0), with their count and reason, and no other."""
+    await load(env, 50, RowState(due_pct=0, claimed_from=0))
+
+    async def fail_two(conn: Connection) -> None:
+        await conn.execute(
+            "UPDATE qlsched.trigger_schedules SET failures = 3, last_failure = 'refused:spec'"
+            " WHERE trigger_id IN ($1, $2)",
+            bench_data.trigger_id(7),
+            bench_data.trigger_id(30),
+        )
+
+    await connect_once(env.db.superuser_dsn, fail_two)
+
+    async def failing(conn: Connection) -> ui.SchedulePage:
+        return await ui.schedules(conn, state="failing")
+
+    page = await connect_once(env.db.observer_dsn, failing)
+    assert [(r.trigger_id, r.failures, r.last_failure) for r in page.rows] == [
+        (bench_data.trigger_id(7), 3, "refused:spec"),
+        (bench_data.trigger_id(30), 3, "refused:spec"),
+    ]

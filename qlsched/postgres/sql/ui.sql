@@ -74,7 +74,7 @@ SELECT pg_catalog.max(p.project_id) FROM qlsched.projects AS p;
 -- One page of schedules in key order after ($1 project, $2 trigger), walking at most $8
 -- entries of the primary key and no further than project $3; filters: $4 project ('' =
 -- any), $5 a substring of PROJECT/TRIGGER ('' = any), $6 state ('' any, active, paused,
--- off, failing: the latest Run failed); $7 rows at most. A filter that matches few rows
+-- off, failing: admissions failing or the latest Run failed); $7 rows at most. A filter that matches few rows
 -- so costs at most $8 entries per page (ui_schedules_walk_end says where the walk
 -- stopped). The walk reads keys only and the search filters them before any row is
 -- fetched; each row kept then finds its schedule, its trigger and its latest Run by key.
@@ -82,6 +82,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
        t.timezone, t.misfire_policy, t.misfire_grace_ms, t.jitter_ms, s.next_fire_at_ms,
        s.due_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.paused_at_ms, s.pause_note, s.skipped_total, s.coalesced_total, s.paused_total,
+       s.failures, s.last_failure,
        l.state AS last_state, l.scheduled_for_ms AS last_scheduled_for_ms
   FROM (SELECT w.project_id, w.trigger_id
           FROM qlsched.trigger_schedules AS w
@@ -107,7 +108,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
          WHEN 'active' THEN s.active
          WHEN 'paused' THEN s.paused_at_ms IS NOT NULL
          WHEN 'off' THEN NOT s.active AND s.paused_at_ms IS NULL
-         WHEN 'failing' THEN l.state IS NOT DISTINCT FROM 'failed'
+         WHEN 'failing' THEN s.failures > 0 OR l.state IS NOT DISTINCT FROM 'failed'
          ELSE true
        END
  ORDER BY k.project_id, k.trigger_id
@@ -130,7 +131,8 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
        t.timezone, t.dst_gap, t.dst_fold, t.misfire_policy, t.misfire_grace_ms, t.jitter_ms,
        t.task_id, t.task_revision, s.next_fire_at_ms, s.due_at_ms, s.last_scheduled_at_ms,
        s.claim_owner, s.claim_expires_at_ms, s.paused_at_ms, s.pause_note, s.skipped_total,
-       s.coalesced_total, s.paused_total, p.state AS project_state
+       s.coalesced_total, s.paused_total, s.failures, s.last_failure, s.last_failure_at_ms,
+       p.state AS project_state
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
   JOIN qlsched.projects AS p ON p.project_id = s.project_id
