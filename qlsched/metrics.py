@@ -199,28 +199,14 @@ class Metrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
-        self.due_backlog: Final = Gauge(
-            "qlsched_due_backlog",
-            "Active schedule rows due now, claimed or not, counted up to"
-            " qlsched_due_backlog_limit (a bounded count: a value equal to the limit means"
-            " at least that many).",
-            registry=r,
-        )
+        self.due_backlog: Final = _due_backlog_gauge(r)
         self.due_backlog_limit: Final = Gauge(
             "qlsched_due_backlog_limit",
             "Where the qlsched_due_backlog count stops: each scrape reads at most this many rows.",
             registry=r,
         )
         self.due_backlog_limit.set(DUE_BACKLOG_LIMIT)
-        self.failing: Final = Gauge(
-            "qlsched_failing",
-            "Database-wide, as of the last scrape: schedule rows whose last admits failed"
-            " (each gave its claim back; the next admit clears it), those that failed three"
-            " or more times in a row (stuck_schedule), and pending requests whose last"
-            " admits failed.",
-            ["kind"],
-            registry=r,
-        )
+        self.failing: Final = _failing_gauge(r)
         for code in OUTCOME_CODES:
             self.outcomes.labels(code)
         for part in get_args(FencePart):
@@ -294,3 +280,25 @@ def registry_reader(registry: CollectorRegistry) -> Callable[[], dict[str, float
         return {k: registry.get_sample_value(v) or 0.0 for k, v in PROMETHEUS_SAMPLES.items()}
 
     return read
+
+
+def _due_backlog_gauge(r: CollectorRegistry) -> Gauge:
+    return Gauge(
+        "qlsched_due_backlog",
+        "Active schedule rows due now, claimed or not, counted up to"
+        " qlsched_due_backlog_limit (a bounded count: a value equal to the limit means"
+        " at least that many).",
+        registry=r,
+    )
+
+
+def _failing_gauge(r: CollectorRegistry) -> Gauge:
+    return Gauge(
+        "qlsched_failing",
+        "Database-wide, as of the last scrape: schedule rows whose last admits failed"
+        " (each gave its claim back; the next admit clears it), those that failed three"
+        " or more times in a row (stuck_schedule), and pending requests whose last"
+        " admits failed.",
+        ["kind"],
+        registry=r,
+    )

@@ -119,6 +119,12 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--replicas {args.replicas}: must be 1..{MAX_REPLICAS}"
     if not 1 <= args.seconds <= MAX_SECONDS:
         return f"--seconds {args.seconds}: must be 1..{MAX_SECONDS}"
+    if args.sweep is not None:
+        counts = parse_counts(args.sweep)
+        if isinstance(counts, str):
+            return counts
+        if counts[-1] > MAX_REPLICAS:
+            return f"--sweep: at most {MAX_REPLICAS} replicas"
     return None
 
 
@@ -183,26 +189,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: argparse.Namespace) -> int:
+def _other_mode(args: argparse.Namespace) -> int | None:
+    """``--edge``, or ``--plot`` of a saved report: their exit code; None: a bench run."""
     if args.edge:
         from qlsched.tools.bench.edge import main as edge_main
 
         return edge_main(args)
     if args.plot is not None or args.from_json is not None:
-        status = plot_command(args.plot, args.from_json)
-        if status is not None:
-            return status
+        return plot_command(args.plot, args.from_json)
+    return None
+
+
+def _sweep_counts(args: argparse.Namespace) -> list[int] | None:
+    """``--sweep``'s replica counts (checked by ``_check``), None without it."""
+    counts = None if args.sweep is None else parse_counts(args.sweep)
+    return counts if isinstance(counts, list) else None
+
+
+def main(args: argparse.Namespace) -> int:
+    status = _other_mode(args)
+    if status is not None:
+        return status
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)
-    sweep_counts: list[int] | None = None
-    if args.sweep is not None:
-        parsed = parse_counts(args.sweep)
-        if isinstance(parsed, str):
-            return fail("bench", parsed, 2)
-        if parsed[-1] > MAX_REPLICAS:
-            return fail("bench", f"--sweep: at most {MAX_REPLICAS} replicas", 2)
-        sweep_counts = parsed
+    sweep_counts = _sweep_counts(args)
     options = options_for(
         triggers=args.triggers,
         replicas=args.replicas,

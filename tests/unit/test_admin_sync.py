@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from qlsched import admin
-from qlsched.admin import requests, schedules, sync
+from qlsched.admin import requests, runs, schedules, sync
 
 
 def test_every_async_admin_function_has_a_blocking_twin_of_the_same_signature() -> None:
@@ -13,7 +13,7 @@ def test_every_async_admin_function_has_a_blocking_twin_of_the_same_signature() 
     takes, and reads the same docstring; a new async function without a twin fails here."""
     async_functions = {
         name: fn
-        for module in (schedules, requests)
+        for module in (schedules, requests, runs)
         for name, fn in vars(module).items()
         if inspect.iscoroutinefunction(fn)
         and not name.startswith("_")
