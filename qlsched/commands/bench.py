@@ -195,14 +195,9 @@ def main(args: argparse.Namespace) -> int:
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)
-    sweep_counts: list[int] | None = None
-    if args.sweep is not None:
-        parsed = parse_counts(args.sweep)
-        if isinstance(parsed, str):
-            return fail("bench", parsed, 2)
-        if parsed[-1] > MAX_REPLICAS:
-            return fail("bench", f"--sweep: at most {MAX_REPLICAS} replicas", 2)
-        sweep_counts = parsed
+    sweep_counts = _sweep_counts(args.sweep)
+    if isinstance(sweep_counts, str):
+        return fail("bench", sweep_counts, 2)
     options = options_for(
         triggers=args.triggers,
         replicas=args.replicas,
@@ -261,6 +256,24 @@ def main(args: argparse.Namespace) -> int:
             _drop_quietly(*drop)
     if isinstance(report, SweepReport):
         return _sweep_output(report, args)
+    return _report_output(report, args)
+
+
+def _sweep_counts(text: str | None) -> list[int] | str | None:
+    """``--sweep N,N,...``: the replica counts, a problem line (exit 2), or None."""
+    if text is None:
+        return None
+    parsed = parse_counts(text)
+    if isinstance(parsed, str):
+        return parsed
+    if parsed[-1] > MAX_REPLICAS:
+        return f"--sweep: at most {MAX_REPLICAS} replicas"
+    return parsed
+
+
+def _report_output(report: BenchReport, args: argparse.Namespace) -> int:
+    """Print the report (JSON or text), draw the charts if asked; exit 1 unless exactly
+    once held."""
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:

@@ -25,7 +25,7 @@ from tests.integration.cluster_support import publish_triggers, trigger
 from tests.integration.schema_support import clean_env, run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_BOUND_S = 10.0
