@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Final
+from typing import Final, TypeVar
 
 import hypercorn.config
 import msgspec
@@ -60,6 +60,8 @@ from qlsched.http_limits import METRICS_TTL_S, BoundedStream, RequestRate, serve
 from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from qlsched.metrics import Metrics
 from qlsched.paging import SchedulesPage, cursor_of, limit_of, page_of
+
+T = TypeVar("T")
 
 STORE_TIMEOUT_S: Final = 5.0
 """Bound on the store reads behind ``/metrics`` and ``/v1/schedules``."""
@@ -198,47 +200,32 @@ class AdmissionApp:
         return response
 
     async def _metrics_fresh(self) -> _Response:
-        try:
-            with trio.fail_after(self._store_timeout_s):
-                backlog = await self._reader.due_backlog()
-        except TimeoutError:
-            # No free connection: the scrape still answers (below), as for a failure.
-            self._metrics.count_error(HTTP_BUSY)
-        except Exception as exc:
-            # The scrape still answers: every other series is local, the gauge keeps its
-            # previous value and the failure is counted.
-            self._metrics.count_error(BACKLOG_FAILED)
-            self._sink.emit(from_exception(BACKLOG_FAILED, exc, replica=self._replica))
-        else:
+        # The scrape answers whatever its reads do: every other series is local, a gauge
+        # whose read failed keeps its previous value and the failure is counted.
+        backlog = await self._scrape_read(self._reader.due_backlog, BACKLOG_FAILED)
+        if backlog is not None:
             self._metrics.set_due_backlog(backlog)
-        await self._refresh_action_totals()
+        if self._actions is not None:
+            totals = await self._scrape_read(self._actions.action_totals, ACTIONS_FAILED)
+            if totals is not None:
+                self._metrics.set_action_totals(totals)
+            failing = await self._scrape_read(self._actions.failing_counts, ACTIONS_FAILED)
+            if failing is not None:
+                self._metrics.set_failing(failing)
         return _Response(200, self._metrics.render(), METRICS_CONTENT_TYPE.encode())
 
-    async def _refresh_action_totals(self) -> None:
-        """Read the control actions' totals for this scrape; on failure the series keep
-        their last values (or stay absent) and the failure is counted, as for the backlog."""
-        if self._actions is None:
-            return
+    async def _scrape_read(self, read: Callable[[], Awaitable[T]], code: str) -> T | None:
+        """One database read of a scrape, within the store timeout; None when it failed
+        (no free connection: ``HTTP_BUSY``; else ``code``, counted and reported)."""
         try:
             with trio.fail_after(self._store_timeout_s):
-                totals = await self._actions.action_totals()
+                return await read()
         except TimeoutError:
             self._metrics.count_error(HTTP_BUSY)
         except Exception as exc:
-            self._metrics.count_error(ACTIONS_FAILED)
-            self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
-        else:
-            self._metrics.set_action_totals(totals)
-        try:
-            with trio.fail_after(self._store_timeout_s):
-                failing = await self._actions.failing_counts()
-        except TimeoutError:
-            self._metrics.count_error(HTTP_BUSY)
-        except Exception as exc:
-            self._metrics.count_error(ACTIONS_FAILED)
-            self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
-        else:
-            self._metrics.set_failing(failing)
+            self._metrics.count_error(code)
+            self._sink.emit(from_exception(code, exc, replica=self._replica))
+        return None
 
     async def _schedules(self, scope: HTTPScope) -> _Response:
         limit = limit_of(scope["query_string"])

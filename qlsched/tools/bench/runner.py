@@ -16,8 +16,9 @@ opens and closes only the superuser pool it uses.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -73,20 +74,7 @@ async def run_bench(
     started = time.monotonic()
     load_start = machine_facts.load()
     cpu_start = machine_facts.cpu_times()
-    async with open_database(
-        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
-    ) as db:
-        session = BenchSession(
-            options=options,
-            db=db,
-            runtime_dsn=target.runtime_dsn,
-            observer_dsn=target.observer_dsn,
-            worker_dsn=target.worker_dsn,
-            fleet=fleet,
-            workdir=workdir,
-            pgbench=target.pgbench,
-            started=started,
-        )
+    async with _session(target, options, fleet=fleet, workdir=workdir, started=started) as session:
         facts = await session.call(bench_data.server_facts)
         session.note(
             f"PostgreSQL {facts.version}; {options.triggers:,} triggers, {options.replicas} "
@@ -185,10 +173,22 @@ async def run_sweep_bench(
     target: Target, options: BenchOptions, counts: list[int], *, fleet: Fleet, workdir: Path
 ) -> SweepReport:
     """``--sweep``: the burst drain and its ceiling at each replica count (``sweep``)."""
+    started = time.monotonic()
+    async with _session(target, options, fleet=fleet, workdir=workdir, started=started) as session:
+        facts = await session.call(bench_data.server_facts)
+        session.note(f"PostgreSQL {facts.version}; sweep {counts} over {options.triggers:,}")
+        return await sweep(session, counts, max_replicas=max(counts))
+
+
+@contextlib.asynccontextmanager
+async def _session(
+    target: Target, options: BenchOptions, *, fleet: Fleet, workdir: Path, started: float
+) -> AsyncIterator[BenchSession]:
+    """A bench session on the target's superuser pool (opened here, closed on exit)."""
     async with open_database(
         target.superuser_dsn, max_size=2, application_name="qlsched-bench"
     ) as db:
-        session = BenchSession(
+        yield BenchSession(
             options=options,
             db=db,
             runtime_dsn=target.runtime_dsn,
@@ -197,8 +197,5 @@ async def run_sweep_bench(
             fleet=fleet,
             workdir=workdir,
             pgbench=target.pgbench,
-            started=time.monotonic(),
+            started=started,
         )
-        facts = await session.call(bench_data.server_facts)
-        session.note(f"PostgreSQL {facts.version}; sweep {counts} over {options.triggers:,}")
-        return await sweep(session, counts, max_replicas=max(counts))
