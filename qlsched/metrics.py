@@ -128,6 +128,58 @@ class _ActionTotalsCollector(Collector):
         )
 
 
+def _histograms(r: CollectorRegistry) -> tuple[Histogram, Histogram, Histogram]:
+    """A round's duration and an admitted Run's lag, from its due and its scheduled time."""
+    duration = Histogram(
+        "qlsched_round_duration_seconds",
+        "Wall time of one coordinator round.",
+        buckets=ROUND_BUCKETS_S,
+        registry=r,
+    )
+    lag = Histogram(
+        "qlsched_schedule_lag_seconds",
+        "Database time of admission minus the occurrence's due time (its scheduled time"
+        " plus its jitter; the scheduled time when the trigger has none).",
+        buckets=LAG_BUCKETS_S,
+        registry=r,
+    )
+    lag_from_scheduled = Histogram(
+        "qlsched_schedule_lag_from_scheduled_seconds",
+        "Database time of admission minus the occurrence's scheduled time (jitter"
+        " included: equal to qlsched_schedule_lag_seconds for triggers without jitter).",
+        buckets=LAG_BUCKETS_S,
+        registry=r,
+    )
+    return duration, lag, lag_from_scheduled
+
+
+def _gauges(r: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
+    """The bounded due backlog, where its count stops, and the failing rows by kind."""
+    backlog = Gauge(
+        "qlsched_due_backlog",
+        "Active schedule rows due now, claimed or not, counted up to"
+        " qlsched_due_backlog_limit (a bounded count: a value equal to the limit means"
+        " at least that many).",
+        registry=r,
+    )
+    limit = Gauge(
+        "qlsched_due_backlog_limit",
+        "Where the qlsched_due_backlog count stops: each scrape reads at most this many rows.",
+        registry=r,
+    )
+    limit.set(DUE_BACKLOG_LIMIT)
+    failing = Gauge(
+        "qlsched_failing",
+        "Database-wide, as of the last scrape: schedule rows whose last admits failed"
+        " (each gave its claim back; the next admit clears it), those that failed three"
+        " or more times in a row (stuck_schedule), and pending requests whose last"
+        " admits failed.",
+        ["kind"],
+        registry=r,
+    )
+    return backlog, limit, failing
+
+
 class Metrics:
     """The counters, histograms and gauge of one replica, and their text exposition.
 
@@ -179,34 +231,14 @@ class Metrics:
             "outcome",
             "part",
         )
-        self.round_duration: Final = Histogram(
-            "qlsched_round_duration_seconds",
-            "Wall time of one coordinator round.",
-            buckets=ROUND_BUCKETS_S,
-            registry=r,
-        )
-        self.schedule_lag: Final = Histogram(
-            "qlsched_schedule_lag_seconds",
-            "Database time of admission minus the occurrence's due time (its scheduled time"
-            " plus its jitter; the scheduled time when the trigger has none).",
-            buckets=LAG_BUCKETS_S,
-            registry=r,
-        )
-        self.schedule_lag_from_scheduled: Final = Histogram(
-            "qlsched_schedule_lag_from_scheduled_seconds",
-            "Database time of admission minus the occurrence's scheduled time (jitter"
-            " included: equal to qlsched_schedule_lag_seconds for triggers without jitter).",
-            buckets=LAG_BUCKETS_S,
-            registry=r,
-        )
-        self.due_backlog: Final = _due_backlog_gauge(r)
-        self.due_backlog_limit: Final = Gauge(
-            "qlsched_due_backlog_limit",
-            "Where the qlsched_due_backlog count stops: each scrape reads at most this many rows.",
-            registry=r,
-        )
-        self.due_backlog_limit.set(DUE_BACKLOG_LIMIT)
-        self.failing: Final = _failing_gauge(r)
+        duration, lag, lag_from_scheduled = _histograms(r)
+        self.round_duration: Final = duration
+        self.schedule_lag: Final = lag
+        self.schedule_lag_from_scheduled: Final = lag_from_scheduled
+        backlog, backlog_limit, failing = _gauges(r)
+        self.due_backlog: Final = backlog
+        self.due_backlog_limit: Final = backlog_limit
+        self.failing: Final = failing
         for code in OUTCOME_CODES:
             self.outcomes.labels(code)
         for part in get_args(FencePart):
@@ -280,25 +312,3 @@ def registry_reader(registry: CollectorRegistry) -> Callable[[], dict[str, float
         return {k: registry.get_sample_value(v) or 0.0 for k, v in PROMETHEUS_SAMPLES.items()}
 
     return read
-
-
-def _due_backlog_gauge(r: CollectorRegistry) -> Gauge:
-    return Gauge(
-        "qlsched_due_backlog",
-        "Active schedule rows due now, claimed or not, counted up to"
-        " qlsched_due_backlog_limit (a bounded count: a value equal to the limit means"
-        " at least that many).",
-        registry=r,
-    )
-
-
-def _failing_gauge(r: CollectorRegistry) -> Gauge:
-    return Gauge(
-        "qlsched_failing",
-        "Database-wide, as of the last scrape: schedule rows whose last admits failed"
-        " (each gave its claim back; the next admit clears it), those that failed three"
-        " or more times in a row (stuck_schedule), and pending requests whose last"
-        " admits failed.",
-        ["kind"],
-        registry=r,
-    )

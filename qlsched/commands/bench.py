@@ -119,12 +119,6 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--replicas {args.replicas}: must be 1..{MAX_REPLICAS}"
     if not 1 <= args.seconds <= MAX_SECONDS:
         return f"--seconds {args.seconds}: must be 1..{MAX_SECONDS}"
-    if args.sweep is not None:
-        counts = parse_counts(args.sweep)
-        if isinstance(counts, str):
-            return counts
-        if counts[-1] > MAX_REPLICAS:
-            return f"--sweep: at most {MAX_REPLICAS} replicas"
     return None
 
 
@@ -189,31 +183,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _other_mode(args: argparse.Namespace) -> int | None:
-    """``--edge``, or ``--plot`` of a saved report: their exit code; None: a bench run."""
+def main(args: argparse.Namespace) -> int:
     if args.edge:
         from qlsched.tools.bench.edge import main as edge_main
 
         return edge_main(args)
     if args.plot is not None or args.from_json is not None:
-        return plot_command(args.plot, args.from_json)
-    return None
-
-
-def _sweep_counts(args: argparse.Namespace) -> list[int] | None:
-    """``--sweep``'s replica counts (checked by ``_check``), None without it."""
-    counts = None if args.sweep is None else parse_counts(args.sweep)
-    return counts if isinstance(counts, list) else None
-
-
-def main(args: argparse.Namespace) -> int:
-    status = _other_mode(args)
-    if status is not None:
-        return status
+        status = plot_command(args.plot, args.from_json)
+        if status is not None:
+            return status
     problem = _check(args)
     if problem is not None:
         return fail("bench", problem, 2)
-    sweep_counts = _sweep_counts(args)
+    sweep_counts = _sweep_counts(args.sweep)
+    if isinstance(sweep_counts, str):
+        return fail("bench", sweep_counts, 2)
     options = options_for(
         triggers=args.triggers,
         replicas=args.replicas,
@@ -272,6 +256,24 @@ def main(args: argparse.Namespace) -> int:
             _drop_quietly(*drop)
     if isinstance(report, SweepReport):
         return _sweep_output(report, args)
+    return _report_output(report, args)
+
+
+def _sweep_counts(text: str | None) -> list[int] | str | None:
+    """``--sweep N,N,...``: the replica counts, a problem line (exit 2), or None."""
+    if text is None:
+        return None
+    parsed = parse_counts(text)
+    if isinstance(parsed, str):
+        return parsed
+    if parsed[-1] > MAX_REPLICAS:
+        return f"--sweep: at most {MAX_REPLICAS} replicas"
+    return parsed
+
+
+def _report_output(report: BenchReport, args: argparse.Namespace) -> int:
+    """Print the report (JSON or text), draw the charts if asked; exit 1 unless exactly
+    once held."""
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:

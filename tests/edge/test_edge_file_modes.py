@@ -1,7 +1,7 @@
 """Edge file modes: ``edge publish`` creates the database (and so SQLite's ``-wal`` and
-``-shm`` beside it) 0600 in a directory it creates 0700, and ``edge run``'s lock is 0600,
-whatever the umask lets through: task commands (tokens in them) are for the owner alone
-(docs/operations.md "File modes")."""
+``-shm`` beside it) 0600 in a directory it creates 0700, and ``edge run`` adds no file of
+its own (its lock is on the database file), whatever the umask lets through: task
+commands (tokens in them) are for the owner alone (docs/operations.md "File modes")."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def _mode(path: Path) -> int:
 @pytest.mark.usefixtures("open_umask")
 def test_publish_and_run_create_owner_only_files(tmp_path: Path) -> None:
     """Rule: under umask 0022, ``edge publish`` creates the file's directory 0700 and the
-    file 0600; while ``edge run`` holds it, the ``-wal``, ``-shm`` and run-lock files are
-    0600 too."""
+    file 0600; while ``edge run`` holds it, the ``-wal`` and ``-shm`` files are 0600 too, and
+    no other file appears beside it (the run lock is a ``flock`` on the file itself)."""
     db = tmp_path / "new" / "edge.sqlite3"
     toml = publish_file(tmp_path / "t.toml", 1)
     published = qlsched("edge", "publish", str(toml), "--db", str(db))
@@ -44,9 +44,14 @@ def test_publish_and_run_create_owner_only_files(tmp_path: Path) -> None:
     proc = start_run(db)
     try:
         wait_ready(proc)
-        for suffix in ("-wal", "-shm", ".run-lock"):
+        for suffix in ("-wal", "-shm"):
             side = db.with_name(db.name + suffix)
             assert _mode(side) == 0o600, (suffix, oct(_mode(side)))
+        assert sorted(p.name for p in db.parent.iterdir()) == [
+            "edge.sqlite3",
+            "edge.sqlite3-shm",
+            "edge.sqlite3-wal",
+        ]
     finally:
         assert stop(proc) == 0
 

@@ -137,6 +137,16 @@ async def get(address: tuple[str, int], path: str) -> tuple[int, str]:
     return int(head.split()[1]), body
 
 
+async def scrape_until(address: tuple[str, int], text: str, timeout_s: float = 10) -> str:
+    """``/metrics`` once it contains ``text`` (polled every 100 ms); fail after the timeout."""
+    with trio.fail_after(timeout_s):
+        while True:
+            body = (await get(address, "/metrics"))[1]
+            if text in body:
+                return body
+            await trio.sleep(0.1)
+
+
 async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]]) -> None:
     """/healthz is 200; /readyz is 503 until rounds run and 200 while they do; /metrics has
     the cluster's outcome counters and backlog under the same names, the target marked
@@ -159,7 +169,9 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
             assert (await get(address, "/readyz"))[0] == 200
             stop.set()
         assert (await get(address, "/readyz"))[0] == 503
-        metrics = (await get(address, "/metrics"))[1]
+        # The backlog is read at most once a second (a scrape flood reads the file once):
+        # wait for the scrape that reads it again.
+        metrics = await scrape_until(address, "qlsched_due_backlog 0.0")
         # The cluster's families and names; the profile is the target's info.
         assert 'qlsched_outcomes_total{code="initialized"} 1.0' in metrics
         assert "qlsched_due_backlog 0.0" in metrics
