@@ -155,7 +155,7 @@ def test_a_database_at_0007_upgrades_keeping_revisions_and_cursors(
         upgrade = run_migrate(su)
 
         assert upgrade.applied == [m.name for m in load_migrations() if m.version > OLD_LAST]
-        assert upgrade.applied == ["0008_jitter.sql"]
+        assert upgrade.applied[0] == "0008_jitter.sql"
         report = readiness(pg_cluster.dsn(name, "qlsched_runtime"))
         assert report.ready, report.findings
         after = {

@@ -87,7 +87,18 @@ def publish_document(spec: PublishFile) -> bytes:
     return toml_document(
         {
             "projects": [{"id": p.id, "archived": p.archived} for p in spec.projects],
-            "tasks": [{"project": t.project, "id": t.id, "command": t.command} for t in spec.tasks],
+            "tasks": [
+                {
+                    "project": t.project,
+                    "id": t.id,
+                    "command": t.command,
+                    "shell": t.shell,
+                    "timeout_ms": t.timeout_ms,
+                    "max_attempts": t.max_attempts,
+                    "retry_backoff_ms": t.retry_backoff_ms,
+                }
+                for t in spec.tasks
+            ],
             "triggers": [
                 {
                     "project": t.project,
