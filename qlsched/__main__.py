@@ -1,5 +1,5 @@
 """``python -m qlsched``."""
 
-from qlsched.cli import main
+from qlsched.entry import main
 
 raise SystemExit(main())

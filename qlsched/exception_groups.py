@@ -33,3 +33,11 @@ def single_leaf_unwrapped() -> Iterator[None]:
         if leaf is None:
             raise
         raise leaf from None
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: ``KeyboardInterrupt`` itself, or a group holding one
+    (Trio delivers it inside the group of whichever nursery it crossed)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,39 @@ from tests.support.pg import (
     make_template,
     start_cluster,
 )
+
+TESTS = Path(__file__).resolve().parent
+
+FOLDER_MARKERS = {
+    "conformance": "conformance",
+    "edge": "edge",
+    "faults": "faults",
+    "ha": "ha",
+    "integration": "integration",
+    "interleave": "interleave",
+    "lifecycle": "lifecycle",
+    "ui": "ui",
+    "unit": "unit",
+    "worker": "integration",
+}
+"""Each test folder's marker (registered in pyproject.toml), applied here by folder so a
+new file cannot forget it: ``-m`` selects a suite the way the layout shows it."""
+
+
+def folder_marker(path: Path) -> str | None:
+    """The marker of the test folder ``path`` lies in, or None outside every one."""
+    try:
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return FOLDER_MARKERS.get(folder)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = folder_marker(Path(str(item.path)))
+        if marker is not None:
+            item.add_marker(getattr(pytest.mark, marker))
 
 
 @pytest.fixture(scope="session")

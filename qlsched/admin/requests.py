@@ -22,7 +22,8 @@ nothing is recorded (``qlsched status`` lists the requests).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import Final
 
 from qlsched.admin._session import as_admin
 from qlsched.core.control import (
@@ -31,8 +32,8 @@ from qlsched.core.control import (
     ControlError,
     TriggerRef,
     UnknownTrigger,
+    checked_ref,
     checked_text,
-    trigger_ref,
 )
 from qlsched.core.requests import (
     BACKFILL_MAX_DEFAULT,
@@ -55,27 +56,50 @@ __all__ = [
 ]
 
 
-def to_ms(instant: datetime | int) -> int:
-    """Epoch milliseconds of ``instant``; a datetime without a zone is read as UTC."""
-    if isinstance(instant, int):
+EPOCH_MS_MAX: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last instant a range may name (a datetime's own limit)."""
+
+
+def to_ms(instant: datetime | int, what: str = "instant") -> int:
+    """Epoch milliseconds of ``instant``: an aware datetime or epoch ms (an int).
+
+    Raises:
+        ControlError: a datetime without a zone (ambiguous: give ``tzinfo=UTC``), or
+            anything but a datetime or an int.
+    """
+    if isinstance(instant, datetime):
+        if instant.tzinfo is None or instant.utcoffset() is None:
+            raise ControlError(
+                f"{what}: a datetime without a time zone is ambiguous (give tzinfo=UTC)"
+            )
+        return int(instant.timestamp() * 1000)
+    if isinstance(instant, int) and not isinstance(instant, bool):
         return instant
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return int(instant.timestamp() * 1000)
+    raise ControlError(
+        f"{what}: expected an aware datetime or epoch milliseconds, got {type(instant).__name__}"
+    )
 
 
 def check_range(from_ms: int, to_ms: int, max_occurrences: int) -> None:
-    """Raise ``ControlError`` for a backwards range or a ``max`` out of bounds."""
+    """Raise ``ControlError`` for a range outside 1970..9999, a backwards range, or a
+    ``max`` out of bounds (checked here, so no driver or cron code sees such a number)."""
+    for what, ms in (("start", from_ms), ("end", to_ms)):
+        if not 0 <= ms <= EPOCH_MS_MAX:
+            raise ControlError(f"{what}: {ms} is outside 1970-01-01 .. 9999-12-31 (epoch ms)")
     if from_ms > to_ms:
         raise ControlError("the range's start is after its end")
-    if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
+    if (
+        not isinstance(max_occurrences, int)
+        or isinstance(max_occurrences, bool)
+        or not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP
+    ):
         raise ControlError(f"max: must be 1 to {BACKFILL_MAX_HARD_CAP:,}")
 
 
 def _inputs(
     trigger: str | TriggerRef, note: str | None, actor: str | None
 ) -> tuple[TriggerRef, str | None, str | None]:
-    ref = trigger if isinstance(trigger, TriggerRef) else trigger_ref(trigger)
+    ref = checked_ref(trigger)
     return (
         ref,
         checked_text(note, what="note", max_chars=NOTE_MAX_CHARS),
@@ -137,11 +161,12 @@ async def backfill(
 
     Args:
         trigger: ``"PROJECT/TRIGGER"`` or a ``TriggerRef``.
-        start, end: datetimes (naive = UTC) or epoch milliseconds; ``end`` not after now.
+        start, end: aware datetimes or epoch milliseconds (a naive datetime is refused);
+            ``end`` not after now.
         max_occurrences: refuse a range of more (1..1,000,000; default 10,000).
     """
     ref, note, actor = _inputs(trigger, note, actor)
-    from_ms, until_ms = to_ms(start), to_ms(end)
+    from_ms, until_ms = to_ms(start, "start"), to_ms(end, "end")
     check_range(from_ms, until_ms, max_occurrences)
 
     async def fn(conn: Connection) -> RecordResult:

@@ -36,8 +36,8 @@ from qlsched.core.control import (
     ResumeOutcome,
     ScheduleState,
     TriggerRef,
+    checked_ref,
     checked_text,
-    trigger_ref,
 )
 from qlsched.core.pause import CATCH_UPS, CatchUp
 from qlsched.core.publish_result import PublishResult
@@ -49,6 +49,7 @@ from qlsched.core.specs import (
     TriggerEntry,
     publish_file_from,
 )
+from qlsched.core.utf8 import surrogate_in
 from qlsched.postgres import control
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.publish import publish as publish_spec
@@ -79,11 +80,14 @@ def validated(
         )
     except TypeError as exc:  # not a Struct, list or plain value at all
         raise SpecError(f"not publishable: {exc}") from None
+    where = surrogate_in(data)
+    if where is not None:  # the digest and the driver would raise UnicodeEncodeError
+        raise SpecError(f"{where}: not UTF-8 text (a lone surrogate)")
     return publish_file_from(data)
 
 
 def _ref(trigger: str | TriggerRef) -> TriggerRef:
-    return trigger if isinstance(trigger, TriggerRef) else trigger_ref(trigger)
+    return checked_ref(trigger)
 
 
 async def publish(
@@ -156,12 +160,14 @@ async def resume(
     *,
     catch_up: CatchUp = "skip",
     actor: str | None = None,
+    note: str | None = None,
 ) -> ResumeOutcome:
     """Resume a paused trigger from the database's time (admin role).
 
     The occurrences that fell inside the pause are counted into ``paused_total``; with
     ``catch_up="fire_once"`` the latest of them fires once (the next round admits it under
-    its own cron key, whatever the misfire grace) and the others are counted.
+    its own cron key, whatever the misfire grace) and the others are counted. ``note``
+    (1..1000 characters) is kept on the audit row.
 
     Returns:
         ``Resumed`` (with the counts and the new cursor), or ``NotPaused`` (nothing changed,
@@ -174,11 +180,16 @@ async def resume(
     if catch_up not in CATCH_UPS:
         raise ControlError(f"catch_up: expected one of {', '.join(CATCH_UPS)}, got {catch_up!r}")
     who = checked_text(actor, what="actor", max_chars=ACTOR_MAX_CHARS)
+    text = checked_text(note, what="note", max_chars=NOTE_MAX_CHARS)
 
     async def fn(conn: Connection) -> ResumeOutcome:
-        return await control.resume(conn, ref, catch_up=catch_up, actor=who)
+        return await control.resume(conn, ref, catch_up=catch_up, actor=who, note=text)
 
     return await as_admin(dsn, "resume", fn)
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 async def list_schedules(
@@ -196,10 +207,10 @@ async def list_schedules(
         after: start after this trigger (the last one of the previous page).
         recent_actions: how many of each trigger's latest actions to include (0..100).
     """
-    if not 1 <= limit <= LIST_LIMIT_MAX:
-        raise ControlError(f"limit: expected 1..{LIST_LIMIT_MAX}, got {limit}")
-    if not 0 <= recent_actions <= 100:
-        raise ControlError(f"recent_actions: expected 0..100, got {recent_actions}")
+    if not _int_in(limit, 1, LIST_LIMIT_MAX):
+        raise ControlError(f"limit: expected 1..{LIST_LIMIT_MAX}, got {limit!r}")
+    if not _int_in(recent_actions, 0, 100):
+        raise ControlError(f"recent_actions: expected 0..100, got {recent_actions!r}")
     start = None if after is None else _ref(after)
 
     async def fn(conn: Connection) -> list[ScheduleState]:

@@ -1,4 +1,8 @@
-"""HTTP admission: health, readiness, metrics and the schedule list, on hypercorn's Trio worker.
+"""HTTP admission: health, readiness, metrics and the schedule list, on hypercorn's protocol.
+
+Served from the bounded accept loop of ``qlsched.http_limits`` (64 connections, 100
+requests a second, bounded sends, every connection closed at stop); ``/metrics`` is
+rendered at most once every ``METRICS_TTL_S``.
 
 A plain ASGI callable (no framework) with four GET endpoints:
 
@@ -33,24 +37,32 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Iterable
-from functools import partial
-from typing import Final
-from urllib.parse import parse_qs
+from typing import Final, TypeVar
 
 import hypercorn.config
-import hypercorn.trio
 import msgspec
 import trio
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import (
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    ConnectionState,
+    HTTPScope,
+    Scope,
+)
+from hypercorn.utils import wrap_app
 
 from qlsched.cluster.lifecycle import Lifecycle
-from qlsched.cluster.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.paging import SchedulesPage, cursor_of, page_of
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.store import ActionTotalsReader, ScheduleReader
+from qlsched.http_limits import METRICS_TTL_S, BoundedStream, RequestRate, serve_bounded
+from qlsched.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from qlsched.metrics import Metrics
+from qlsched.paging import SchedulesPage, cursor_of, limit_of, page_of
 
-SCHEDULES_LIMIT_MAX: Final = 1000
+T = TypeVar("T")
+
 STORE_TIMEOUT_S: Final = 5.0
 """Bound on the store reads behind ``/metrics`` and ``/v1/schedules``."""
 
@@ -60,6 +72,8 @@ SCHEDULES_FAILED: Final = "schedules_failed"
 HTTP_BUSY: Final = "http_busy"
 """A read refused because the HTTP pool had no free connection (counted, not emitted)."""
 PROTECTED: Final = frozenset({"/metrics", "/v1/schedules"})
+KEEP_ALIVE_REQUESTS: Final = 100
+"""Requests one connection may make before the server closes it."""
 
 _TEXT: Final = b"text/plain; charset=utf-8"
 _JSON: Final = b"application/json"
@@ -94,6 +108,7 @@ class AdmissionApp:
         store_timeout_s: float = STORE_TIMEOUT_S,
         token: str | None = None,
         actions: ActionTotalsReader | None = None,
+        rate: RequestRate | None = None,
     ) -> None:
         self._lifecycle = lifecycle
         self._actions = actions
@@ -105,6 +120,10 @@ class AdmissionApp:
         self._withdrawn = False
         self._encoder = msgspec.json.Encoder()
         self._authorization = f"Bearer {token}".encode() if token else None
+        self._rate = rate if rate is not None else RequestRate()
+        self._scrape: tuple[float, _Response] | None = None
+        """The last rendered /metrics and when (Trio's clock): served again for
+        ``METRICS_TTL_S`` instead of reading and rendering once per request."""
 
     @property
     def ready(self) -> bool:
@@ -120,7 +139,10 @@ class AdmissionApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
-            response = await self._respond(scope)
+            if await self._rate.admit():
+                response = await self._respond(scope)
+            else:
+                response = self._busy()
             await self._send(scope, send, response)
         else:  # websocket: refused before the handshake (policy violation)
             await send({"type": "websocket.close", "code": 1008, "reason": None})
@@ -170,40 +192,43 @@ class AdmissionApp:
         return _Response(503, b"not ready\n")
 
     async def _metrics_text(self, scope: HTTPScope) -> _Response:
-        try:
-            with trio.fail_after(self._store_timeout_s):
-                backlog = await self._reader.due_backlog()
-        except TimeoutError:
-            # No free connection: the scrape still answers (below), as for a failure.
-            self._metrics.count_error(HTTP_BUSY)
-        except Exception as exc:
-            # The scrape still answers: every other series is local, the gauge keeps its
-            # previous value and the failure is counted.
-            self._metrics.count_error(BACKLOG_FAILED)
-            self._sink.emit(from_exception(BACKLOG_FAILED, exc, replica=self._replica))
-        else:
+        now = trio.current_time()
+        if self._scrape is not None and now - self._scrape[0] < METRICS_TTL_S:
+            return self._scrape[1]
+        response = await self._metrics_fresh()
+        self._scrape = (now, response)
+        return response
+
+    async def _metrics_fresh(self) -> _Response:
+        # The scrape answers whatever its reads do: every other series is local, a gauge
+        # whose read failed keeps its previous value and the failure is counted.
+        backlog = await self._scrape_read(self._reader.due_backlog, BACKLOG_FAILED)
+        if backlog is not None:
             self._metrics.set_due_backlog(backlog)
-        await self._refresh_action_totals()
+        if self._actions is not None:
+            totals = await self._scrape_read(self._actions.action_totals, ACTIONS_FAILED)
+            if totals is not None:
+                self._metrics.set_action_totals(totals)
+            failing = await self._scrape_read(self._actions.failing_counts, ACTIONS_FAILED)
+            if failing is not None:
+                self._metrics.set_failing(failing)
         return _Response(200, self._metrics.render(), METRICS_CONTENT_TYPE.encode())
 
-    async def _refresh_action_totals(self) -> None:
-        """Read the control actions' totals for this scrape; on failure the series keep
-        their last values (or stay absent) and the failure is counted, as for the backlog."""
-        if self._actions is None:
-            return
+    async def _scrape_read(self, read: Callable[[], Awaitable[T]], code: str) -> T | None:
+        """One database read of a scrape, within the store timeout; None when it failed
+        (no free connection: ``HTTP_BUSY``; else ``code``, counted and reported)."""
         try:
             with trio.fail_after(self._store_timeout_s):
-                totals = await self._actions.action_totals()
+                return await read()
         except TimeoutError:
             self._metrics.count_error(HTTP_BUSY)
         except Exception as exc:
-            self._metrics.count_error(ACTIONS_FAILED)
-            self._sink.emit(from_exception(ACTIONS_FAILED, exc, replica=self._replica))
-        else:
-            self._metrics.set_action_totals(totals)
+            self._metrics.count_error(code)
+            self._sink.emit(from_exception(code, exc, replica=self._replica))
+        return None
 
     async def _schedules(self, scope: HTTPScope) -> _Response:
-        limit = _limit(scope["query_string"])
+        limit = limit_of(scope["query_string"])
         if limit is None:
             return _Response(400, b"limit must be an integer 1..1000\n")
         after = cursor_of(scope["query_string"])
@@ -253,17 +278,6 @@ def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return False
 
 
-def _limit(query_string: bytes) -> int | None:
-    values = parse_qs(query_string.decode("latin-1")).get("limit")
-    if not values:
-        return SCHEDULES_LIMIT_MAX
-    try:
-        limit = int(values[-1])
-    except ValueError:
-        return None
-    return limit if 1 <= limit <= SCHEDULES_LIMIT_MAX else None
-
-
 def _parse_bind(bind: str) -> tuple[str, int]:
     """``http://127.0.0.1:8080`` or ``http://[::1]:8080`` -> (host, port)."""
     address = bind.partition("://")[2]
@@ -278,26 +292,33 @@ async def serve_http(
     *,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``host:port`` until cancelled.
+    """Serve ``app`` on ``host:port`` until cancelled, within ``qlsched.http_limits``.
 
-    Calls ``task_status.started((host, actual_port))`` once, after the listener is bound, so
-    ``port=0`` works (hypercorn reports the bound address of each socket it created).
+    Hypercorn's HTTP/1.1 protocol runs per connection on a stream whose sends are bounded,
+    from our own accept loop: at most ``MAX_CONNECTIONS`` at once, ``KEEP_ALIVE_REQUESTS``
+    requests each. Calls ``task_status.started((host, actual_port))`` once the listener is
+    bound, so ``port=0`` works.
 
     Cancellation:
-        Stopping is cancelling the caller's scope: the listener closes and requests in
-        flight are cut. Withdraw readiness first (``app.withdraw()``) for a graceful stop.
+        Stopping is cancelling the caller's scope: the listener and every open connection
+        close at once (a send hypercorn shields is woken by the close), so the stop deadline
+        holds whatever clients do. Withdraw readiness first (``app.withdraw()``).
 
     Raises:
         OSError: when the address cannot be bound.
     """
     config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            partial(
-                hypercorn.trio.serve, app, config, shutdown_trigger=trio.sleep_forever, mode="asgi"
-            )
-        )
-        task_status.started(_parse_bind(binds[0]))
+    config.keep_alive_max_requests = KEEP_ALIVE_REQUESTS
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    context = WorkerContext(None)
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+
+    async def connection(stream: BoundedStream) -> None:
+        state = ConnectionState({})
+        await TCPServer(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+
+    sockname = listeners[0].socket.getsockname()
+    task_status.started((str(sockname[0]), int(sockname[1])))
+    await serve_bounded(connection, listeners)

@@ -10,7 +10,9 @@ Invariants:
 
 - Rounds never overlap. One task runs them in sequence; the next round starts one cadence
   after the previous round *started*, so a round that overruns delays the next one and never
-  doubles it up.
+  doubles it up. When the store read the next due time with its claim (PostgreSQL does)
+  and that comes sooner, the next round starts just after it (at least ``MIN_WAKE_S`` after
+  the last one started): a due row waits milliseconds, not up to a cadence.
 - Catch-up: a round that used its whole claim budget (and did not hand every claim straight
   back) is followed at once by the next, still in sequence.
 - Errors escaping a round go to the diagnostic sink and never end the cadence; consecutive
@@ -35,12 +37,16 @@ import msgspec
 import trio
 
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import from_exception
+from qlsched.engine.stats import RoundStats
 
 MAX_BACKOFF_MS: Final = 30_000
 """Back-off ceiling after repeated round failures (raised to the cadence if that is longer)."""
+WAKE_SLACK_S: Final = 0.002
+"""Waking for a due row: this much after its due time, so the claim finds it due."""
+MIN_WAKE_S: Final = 0.01
+"""Waking for a due row: never sooner than this after the last round started."""
 
 _MAX_BACKOFF_EXPONENT: Final = 16
 
@@ -234,4 +240,11 @@ class Lifecycle:
             # Catch-up. A round that handed every claim straight back would claim the very
             # same rows again at once (they stay first in claim order): wait a cadence.
             return 0.0
+        if stats is not None and stats.next_due_in_ms is not None:
+            # Wake for the next row to fall due when that comes before the cadence: a due
+            # row waits milliseconds, not up to a cadence. The database measured the gap
+            # (no local clock is trusted); a floor keeps rows due a few ms apart from
+            # turning the loop into a spin.
+            wake_s = max(stats.next_due_in_ms / 1000 + WAKE_SLACK_S, MIN_WAKE_S)
+            return min(self._cadence_s, wake_s)
         return self._cadence_s

@@ -32,6 +32,7 @@ from qlsched.core.config import Config
 from qlsched.core.cron import CronSchedule
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
 from qlsched.core.keys import idempotency_key, manual_key, new_id
+from qlsched.core.lease import request_poll_interval_s
 from qlsched.core.requests import (
     RequestAdmitted,
     RequestChunk,
@@ -39,6 +40,7 @@ from qlsched.core.requests import (
     RequestCommitUnknown,
     RequestFailed,
     RequestFenceLost,
+    RequestHeld,
     RequestOutcome,
     RequestRefused,
     RequestStore,
@@ -47,24 +49,17 @@ from qlsched.core.requests import (
 )
 from qlsched.core.spec_cache import InvalidSpec, Lru, build_cron
 
-POLL_CADENCES: Final = 5
-"""With no request seen, the pass looks this many cadences apart (capped by half a lease)."""
 REQUEST_TASK_FAILED: Final = "request_task_failed"
 
 REQUEST_CODES: Final = (
     "request_admitted",
     "request_waiting",
+    "request_held",
     "request_refused",
     "request_fence_lost",
     "request_commit_unknown",
     "request_failed",
 )
-
-
-def poll_interval_s(config: Config) -> float:
-    """Seconds between two looks for requests while none is known to be pending."""
-    cadence_s, lease_s = config.cadence_ms / 1000, config.lease_ms / 1000
-    return max(cadence_s, min(POLL_CADENCES * cadence_s, lease_s / 2))
 
 
 def _chunk(
@@ -74,16 +69,18 @@ def _chunk(
     *,
     cursor_ms: int | None,
     done: bool,
+    next_ms: int | None = None,
 ) -> RequestChunk:
     """A chunk with its Run and Attempt ids minted (fresh per try; the keys decide)."""
     return RequestChunk(
         claim=claim,
         occurrences=occurrences,
         keys=keys,
-        run_ids=[new_id() for _ in occurrences],
-        attempt_ids=[new_id() for _ in occurrences],
+        run_ids=[new_id(claim.fence.owner) for _ in occurrences],
+        attempt_ids=[new_id(claim.fence.owner) for _ in occurrences],
         cursor_ms=cursor_ms,
         done=done,
+        next_ms=next_ms,
     )
 
 
@@ -116,8 +113,12 @@ class RequestsPass:
         self._store = store
         self._owner = config.owner
         self._lease_ms = config.lease_ms
-        self._budget = max(1, budget)
-        self._poll_s = poll_interval_s(config) if poll_s is None else poll_s
+        self._budget = budget  # a Config's claim_budget: validated there (>= 1), trusted here
+        self._poll_s = (
+            request_poll_interval_s(config.cadence_ms, config.lease_ms)
+            if poll_s is None
+            else poll_s
+        )
         self._next_look = -math.inf
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find
@@ -193,11 +194,10 @@ class RequestsPass:
         cron = self._cron(claim)
         if cron is None or claim.from_ms is None or claim.to_ms is None:
             return None
-        below = (
-            claim.schedule_cursor_ms
-            if claim.schedule_cursor_ms is not None
-            else claim.claimed_at_ms + 1
-        )
+        # A NULL cron cursor: cron has not decided where it starts (a new or re-published
+        # revision, a trigger paused before its first claim), so nothing is the backfill's
+        # yet; "before now" would let Initialize later set the cursor onto a taken key.
+        below = claim.schedule_cursor_ms if claim.schedule_cursor_ms is not None else -1
         picked = backfill_chunk(
             cron,
             from_ms=claim.from_ms,
@@ -209,7 +209,14 @@ class RequestsPass:
         keys = [
             idempotency_key(claim.trigger_id, claim.trigger_revision, t) for t in picked.occurrences
         ]
-        return _chunk(claim, picked.occurrences, keys, cursor_ms=picked.cursor_ms, done=picked.done)
+        return _chunk(
+            claim,
+            picked.occurrences,
+            keys,
+            cursor_ms=picked.cursor_ms,
+            done=picked.done,
+            next_ms=picked.next_ms,
+        )
 
     def _cron(self, claim: RequestClaim) -> CronSchedule | None:
         cron = self._crons.get(
@@ -247,7 +254,13 @@ class RequestsPass:
                         part=reason,
                     )
                 )
-            case RequestWaiting() | RequestFenceLost() | RequestCommitUnknown() | RequestFailed():
+            case (
+                RequestWaiting()
+                | RequestHeld()
+                | RequestFenceLost()
+                | RequestCommitUnknown()
+                | RequestFailed()
+            ):
                 pass
             case _:
                 assert_never(outcome)

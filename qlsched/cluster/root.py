@@ -34,11 +34,12 @@ import trio
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
-from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.lease import call_timeout_s
 from qlsched.exception_groups import single_leaf_unwrapped
+from qlsched.metrics import Metrics
 from qlsched.postgres.errors import (
     SchemaNotReady,
     StartupFailed,
@@ -46,7 +47,7 @@ from qlsched.postgres.errors import (
     is_database_error,
 )
 from qlsched.postgres.pool import Connection, Database, close_deadline, open_database
-from qlsched.postgres.reader import open_reader
+from qlsched.postgres.reader import PostgresReader, open_reader
 from qlsched.postgres.readiness import Readiness, check_readiness
 from qlsched.postgres.recovery import RecoveryReport, recover
 from qlsched.postgres.requests import PostgresRequestStore
@@ -59,19 +60,8 @@ cancels the lifecycle's task."""
 POOL_CLOSE_S: Final = 0.3
 """Budget of the pools' graceful close at stop (one deadline for all three, the HTTP
 reader's included); then their connections are terminated."""
-CALL_MARGIN_S: Final = 1.0
-"""A database call's client-side budget ends this long before the lease would."""
 
 T = TypeVar("T")
-
-
-def call_timeout_s(lease_ms: int, cadence_ms: int) -> float:
-    """The client-side budget of one database call: a cadence and a margin under the lease
-    (so usually above the runtime role's statement and lock timeouts, which come first as
-    typed errors). A server that stops answering is then noticed (a failed round or a lost
-    reply: ``/readyz`` 503) within one lease, even when it went silent between rounds."""
-    lease_s, cadence_s = lease_ms / 1000, cadence_ms / 1000
-    return max(lease_s / 2, lease_s - cadence_s - CALL_MARGIN_S)
 
 
 WATCH_S: Final = 0.25
@@ -244,38 +234,9 @@ async def open_cluster_control(
         _watching_calls((claim_db, admit_db)),
     ):
         trace.append("pools_opened")
-
-        async def ready_fn(conn: Connection) -> Readiness:
-            return await check_readiness(conn, lease_ms=config.lease_ms)
-
-        readiness = await _startup_step("readiness", lambda: claim_db.run(ready_fn))
-        if not readiness.ready:
-            sink.emit(Diagnostic(code="schema_not_ready", count=len(readiness.findings)))
-            raise SchemaNotReady(
-                "schema not ready: " + "; ".join(readiness.findings), readiness.findings
-            )
-        trace.append("ready")
-        recovery = await _startup_step(
-            "start-up recovery", lambda: recover(claim_db, replica=config.owner)
-        )
-        if recovery.marked:
-            sink.emit(Diagnostic(code="recovery_marked", count=recovery.marked))
-        trace.append("recovered")
-
-        store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
-        metrics = Metrics(admit_counts=store)
-        requests = PostgresRequestStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
-        coordinator = Coordinator(
-            store,
-            config,
-            sink,
-            metrics,
-            requests=RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
-        )
-        lifecycle = Lifecycle(
-            coordinator, config, answering=lambda: claim_db.answering and admit_db.answering
-        )
-        control = ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
+        readiness, recovery = await _start_up(claim_db, config, sink, trace)
+        control = _assemble(config, sink, (claim_db, admit_db), readiness, recovery, trace)
+        lifecycle = control.lifecycle
         try:
             # The embedder's block runs inside this nursery: its error comes out as itself.
             with single_leaf_unwrapped():
@@ -283,48 +244,116 @@ async def open_cluster_control(
                     await nursery.start(lifecycle.run, name=f"qlsched.lifecycle({config.owner})")
                     trace.append("lifecycle_started")
                     http_scope = trio.CancelScope()
-                    address = config.http_address()
-                    if address is not None:
-                        app = AdmissionApp(
-                            lifecycle=lifecycle,
-                            metrics=metrics,
-                            reader=http_reader,
-                            sink=sink,
-                            replica=config.owner,
-                            token=config.http_token,
-                            actions=http_reader,
-                        )
-
-                        control.http_address = await nursery.start(
-                            _serve_http_in,
-                            http_scope,
-                            app,
-                            address,
-                            name=f"qlsched.http({config.owner})",
-                        )
-                        control.app = app
-                        trace.append("http_opened")
+                    await _open_http(nursery, http_scope, control, http_reader, sink)
                     try:
                         yield control
                     finally:
-                        if control.app is not None:
-                            control.app.withdraw()
-                            http_scope.cancel()
-                            trace.append("http_closed")
-                        lifecycle.stop()
-                        if trio.current_effective_deadline() == -math.inf:
-                            # The embedder's scope is cancelled: cut at once, no drain.
-                            nursery.cancel_scope.cancel()
-                        else:
-                            budget = config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
-                            with trio.move_on_after(budget, shield=True):
-                                await lifecycle.wait_stopped()
-                            # A round that did not unwind by now is cancelled outright.
-                            nursery.cancel_scope.cancel()
-                        trace.append("lifecycle_stopped")
-                        close_deadline.set(trio.current_time() + POOL_CLOSE_S)
+                        await _stop_in_order(nursery, http_scope, control)
         finally:
             trace.append("pools_closing")
+
+
+async def _start_up(
+    claim_db: Database, config: Config, sink: DiagnosticSink, trace: list[str]
+) -> tuple[Readiness, RecoveryReport]:
+    """Readiness (every finding raised as ``SchemaNotReady``), then start-up recovery."""
+
+    async def ready_fn(conn: Connection) -> Readiness:
+        return await check_readiness(conn, lease_ms=config.lease_ms)
+
+    readiness = await _startup_step("readiness", lambda: claim_db.run(ready_fn))
+    if not readiness.ready:
+        sink.emit(Diagnostic(code="schema_not_ready", count=len(readiness.findings)))
+        raise SchemaNotReady(
+            "schema not ready: " + "; ".join(readiness.findings), readiness.findings
+        )
+    trace.append("ready")
+    recovery = await _startup_step(
+        "start-up recovery", lambda: recover(claim_db, replica=config.owner)
+    )
+    if recovery.marked:
+        sink.emit(Diagnostic(code="recovery_marked", count=recovery.marked))
+    trace.append("recovered")
+    return readiness, recovery
+
+
+def _assemble(
+    config: Config,
+    sink: DiagnosticSink,
+    dbs: tuple[Database, Database],
+    readiness: Readiness,
+    recovery: RecoveryReport,
+    trace: list[str],
+) -> ClusterControl:
+    """The replica's parts over its claim and admit pools: stores, metrics, the round
+    engine with its requests pass, the lifecycle."""
+    claim_db, admit_db = dbs
+    store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
+    metrics = Metrics(admit_counts=store)
+    requests = PostgresRequestStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
+    coordinator = Coordinator(
+        store,
+        config,
+        sink,
+        metrics,
+        requests=RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
+    )
+    lifecycle = Lifecycle(
+        coordinator, config, answering=lambda: claim_db.answering and admit_db.answering
+    )
+    return ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
+
+
+async def _open_http(
+    nursery: trio.Nursery,
+    http_scope: trio.CancelScope,
+    control: ClusterControl,
+    http_reader: PostgresReader,
+    sink: DiagnosticSink,
+) -> None:
+    """Serve ``/healthz``, ``/readyz``, ``/metrics`` and ``/v1/schedules`` when configured."""
+    config = control.config
+    address = config.http_address()
+    if address is None:
+        return
+    app = AdmissionApp(
+        lifecycle=control.lifecycle,
+        metrics=control.metrics,
+        reader=http_reader,
+        sink=sink,
+        replica=config.owner,
+        token=config.http_token,
+        actions=http_reader,
+    )
+    control.http_address = await nursery.start(
+        _serve_http_in, http_scope, app, address, name=f"qlsched.http({config.owner})"
+    )
+    control.app = app
+    control.trace.append("http_opened")
+
+
+async def _stop_in_order(
+    nursery: trio.Nursery, http_scope: trio.CancelScope, control: ClusterControl
+) -> None:
+    """Withdraw admission, stop the lifecycle and drain within the stop budget (at once
+    when the embedder's scope is cancelled), then set the pools' close deadline."""
+    trace = control.trace
+    if control.app is not None:
+        control.app.withdraw()
+        http_scope.cancel()
+        trace.append("http_closed")
+    control.lifecycle.stop()
+    if trio.current_effective_deadline() == -math.inf:
+        # The embedder's scope is cancelled: cut at once, no drain.
+        nursery.cancel_scope.cancel()
+    else:
+        budget = control.config.stop_timeout_ms / 1000 + DRAIN_SLACK_S
+        with trio.move_on_after(budget, shield=True):
+            await control.lifecycle.wait_stopped()
+        # A round that did not unwind by now is cancelled outright.
+        nursery.cancel_scope.cancel()
+    trace.append("lifecycle_stopped")
+    close_deadline.set(trio.current_time() + POOL_CLOSE_S)
 
 
 async def serve(

@@ -15,6 +15,7 @@ import trio
 from qlsched.core.config import ConfigError
 from qlsched.core.control import ControlError
 from qlsched.core.specs import SpecError
+from qlsched.core.tomlfile import printable
 from qlsched.embedded import EmbeddedError
 from qlsched.postgres.dsn import DsnError
 from qlsched.postgres.errors import DatabaseUnavailable, SchemaNotReady, describe_server_error
@@ -25,7 +26,8 @@ FAILED = (DatabaseUnavailable, SchemaNotReady, MigrationError, EmbeddedError)
 
 
 def fail(command: str, message: str, code: int = 1) -> int:
-    print(f"qlsched {command}: {message}", file=sys.stderr)
+    # One line whatever a message quotes: its control characters escaped (core/shown.py).
+    print(f"qlsched {command}: {printable(message)}", file=sys.stderr)
     return code
 
 

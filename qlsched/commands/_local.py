@@ -11,8 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-import trio
-
 from qlsched.embedded.local import (
     DATA_DIR_ENV,
     LocalServer,
@@ -37,13 +35,30 @@ def local_data_dir(given: str | None) -> Path:
     return Path(chosen).expanduser().absolute() if chosen else default_data_dir()
 
 
+def initialised_marker(data_dir: Path) -> Path:
+    """The file beside the data directory that says its database ``qlsched`` was made
+    whole (init-db finished) on the server running there."""
+    return data_dir.parent / f".{data_dir.name}.initialised"
+
+
 async def open_local(command: str, data_dir: Path, bindir: str | None) -> LocalServer:
-    """The running local server, started and initialised on first use."""
+    """The running local server, started and initialised on first use.
+
+    The start runs on the Trio thread itself, not in a worker thread: a Ctrl-C (or SIGTERM,
+    ``qlsched.entry``) then interrupts initdb or the server's start at once, and the start
+    unwinds (the half-made data directory removed, the server stopped) with the lock
+    released. An initialisation cut after the server started leaves no marker, so the next
+    command finishes it (init-db is idempotent) instead of failing on a half-made database.
+    """
     # A blocking lock on the Trio thread: a command has nothing else to do meanwhile.
     with start_lock(data_dir):
-        server = await trio.to_thread.run_sync(attach_or_start, data_dir, bindir)
-        if server.started:
+        server = attach_or_start(data_dir, bindir)
+        marker = initialised_marker(data_dir)
+        if server.started or not marker.exists():
+            marker.unlink(missing_ok=True)
             await init_db(server.dsn(), database=DATABASE, want_passwords=False)
+            marker.touch(mode=0o600)
+        if server.started:
             print(
                 f"qlsched {command}: started the local database in {data_dir}; "
                 "it keeps running until `qlsched local stop`",

@@ -13,7 +13,8 @@ from typing import assert_never
 
 from qlsched.admin.runs import cancel, checked_run_id
 from qlsched.commands._common import run_command
-from qlsched.commands._control import admin_dsn
+from qlsched.commands.control.common import admin_dsn
+from qlsched.commands.options import add_database_options
 from qlsched.core.work import (
     AlreadyFinished,
     CancelledQueued,
@@ -46,3 +47,10 @@ def main(args: argparse.Namespace) -> int:
         return code
 
     return run_command("cancel", body)
+
+
+def add_arguments(cancel: argparse.ArgumentParser) -> None:
+    cancel.add_argument("run_id", metavar="RUN_ID", help="the Run (a UUID, as `runs` shows)")
+    cancel.add_argument("--note", help="why (recorded in the audit)")
+    cancel.add_argument("--actor", help="who, recorded beside the database role")
+    add_database_options(cancel, role="admin")

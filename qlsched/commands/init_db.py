@@ -82,6 +82,22 @@ def write_passwords(fh: IO[str], report: InitReport) -> None:
     os.fsync(fh.fileno())
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dsn",
+        help="superuser DSN (also QLSCHED_SUPERUSER_DSN, or the libpq PG* variables and"
+        " .pgpass when PGHOST or PGSERVICE is set; default: the local database)",
+    )
+    p.add_argument("--database", default="qlsched", help="database to create (default qlsched)")
+    p.add_argument(
+        "--password-file",
+        metavar="PATH",
+        help="write generated passwords to PATH (mode 0600, .pgpass format), not to stdout",
+    )
+    p.add_argument("--pg-bindir", help="PostgreSQL server binaries for the embedded database")
+    p.add_argument("--data-dir", help="data directory of the local database (qlsched local)")
+
+
 def main(args: argparse.Namespace) -> int:
     password_file: IO[str] | None = None
     if args.password_file is not None:

@@ -19,6 +19,27 @@ from qlsched.commands._local import ROLES, local_data_dir, local_dsn, open_local
 from qlsched.embedded.local import find_local, stop_local
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(
+        dest="action", metavar="ACTION", required=True, help="what to do with it"
+    )
+    for action, text in (
+        ("start", "start the local database (started on first use anyway)"),
+        ("stop", "stop it; nothing else ever does"),
+        ("status", "whether it runs (exit 0) or not (exit 1)"),
+        ("dsn", "print a DSN for ROLE that works from any process while it runs"),
+    ):
+        q = actions.add_parser(action, help=text, description=text)
+        q.add_argument("--data-dir", help="its data directory (also QLSCHED_DATA_DIR)")
+        q.add_argument("--pg-bindir", help="PostgreSQL server binaries to start it with")
+        if action == "dsn":
+            q.add_argument(
+                "role",
+                metavar="ROLE",
+                help="admin, runtime, worker_ingress, observer, worker, superuser",
+            )
+
+
 def main(args: argparse.Namespace) -> int:
     data_dir = local_data_dir(args.data_dir)
     command = f"local {args.action}"

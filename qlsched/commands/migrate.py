@@ -13,10 +13,20 @@ import os
 
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_config_options, add_database_options
 from qlsched.postgres.dsn import SUPERUSER_DSN_ENV, superuser_dsn
 from qlsched.postgres.login import OWNER, WrongRole, read_login
 from qlsched.postgres.migrate import MigrateReport, migrate
 from qlsched.postgres.pool import Connection, connect_once
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(
+        p,
+        role="superuser or migration owner; also QLSCHED_SUPERUSER_DSN, or the libpq PG*"
+        " variables and .pgpass when PGHOST or PGSERVICE is set",
+    )
+    add_config_options(p, "lease_ms", lease_ms="the lease readiness compares against")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -36,11 +36,16 @@ from qlsched.core.cron import (
     next_after,
     parse_cron,
 )
-from qlsched.core.jitter import JITTER_MS_MAX, Jitter, period_text, shortest_period_ms
+from qlsched.core.jitter import Jitter, jitter_problem
 from qlsched.core.specs import ID_PATTERN
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
+
+
+N_MAX = 100_000
+"""The most fire times one ``next`` prints (a few MB of text): a bigger ``-n`` is refused
+at once rather than computed until memory runs out."""
 
 
 class _BadInput(Exception):
@@ -66,8 +71,8 @@ def _jitter(args: argparse.Namespace, schedule: CronSchedule) -> Jitter | None:
     publish validates it; None without jitter."""
     if not args.jitter_ms:
         return None
-    if not 0 < args.jitter_ms <= JITTER_MS_MAX:
-        raise _BadInput(f"--jitter-ms: must be 0..{JITTER_MS_MAX}, got {args.jitter_ms}")
+    if (problem := jitter_problem(args.jitter_ms, schedule)) is not None:
+        raise _BadInput(f"--jitter-ms: {problem}")
     if args.trigger is None:
         raise _BadInput("--jitter-ms needs --trigger P/T: the due times hash the trigger")
     project, _, trigger = args.trigger.partition("/")
@@ -75,12 +80,6 @@ def _jitter(args: argparse.Namespace, schedule: CronSchedule) -> Jitter | None:
         raise _BadInput(f"--trigger: {args.trigger!r} is not PROJECT/TRIGGER")
     if args.revision < 1:
         raise _BadInput(f"--revision: must be at least 1, got {args.revision}")
-    period = shortest_period_ms(schedule)
-    if args.jitter_ms >= period:
-        raise _BadInput(
-            f"--jitter-ms: {args.jitter_ms} is not below the shortest period between"
-            f" occurrences, {period_text(period)}"
-        )
     return Jitter(project, trigger, args.revision, args.jitter_ms)
 
 
@@ -90,11 +89,49 @@ def _instant(ms: int, zone: ZoneInfo) -> str:
     return moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("expression", metavar="EXPR", help="cron expression (5 or 6 fields, or @daily)")
+    p.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    p.add_argument("--from", dest="start", help="ISO 8601 instant (default now)")
+    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+    p.add_argument(
+        "--dst-gap",
+        default="shift",
+        metavar="shift|skip",
+        help="a fixed-hour time in a spring-forward gap: at the gap's end, or not that day",
+    )
+    p.add_argument(
+        "--dst-fold",
+        default="first",
+        metavar="first|last|both",
+        help="a fixed-hour time in a repeated hour: its first instant, its last, or both",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the trigger's jitter_ms: also print each occurrence's due time (needs --trigger)",
+    )
+    p.add_argument(
+        "--trigger",
+        metavar="P/T",
+        help="the trigger (project/id) whose due times to show; the hash names it",
+    )
+    p.add_argument(
+        "--revision",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the trigger's revision (default 1; `status` shows it), part of the hash",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Print ``args.n`` fire times strictly after ``args.start``; 0, or 2 on bad input."""
     try:
-        if args.n < 1:
-            raise _BadInput(f"-n: must be at least 1, got {args.n}")
+        if not 1 <= args.n <= N_MAX:
+            raise _BadInput(f"-n: must be 1..{N_MAX}, got {args.n}")
         for flag, value, allowed in (
             ("--dst-gap", args.dst_gap, DST_GAPS),
             ("--dst-fold", args.dst_fold, DST_FOLDS),

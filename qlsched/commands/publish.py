@@ -21,6 +21,7 @@ import trio
 
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_database_options
 from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import PUBLISH_FILE_MAX_BYTES, SpecError, decode_publish_file
 from qlsched.exception_groups import single_leaf_unwrapped
@@ -65,6 +66,12 @@ async def _progress() -> AsyncIterator[list[str]]:
     finally:
         if shown:
             sys.stderr.write("\n")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="the publish file (TOML)")
+    p.add_argument("--prune", action="store_true", help="disable triggers missing from the file")
+    add_database_options(p, role="admin")
 
 
 def main(args: argparse.Namespace) -> int:

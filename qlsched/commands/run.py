@@ -30,18 +30,25 @@ import trio
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
-from qlsched.commands._signals import watch_signals
-from qlsched.commands._summary import Summary
-from qlsched.core.config import Config, ConfigError
+from qlsched.commands.options import (
+    DATABASE_OPTIONS,
+    add_config_options,
+    add_database_options,
+)
+from qlsched.core.config import FLAGS, Config, ConfigError
+from qlsched.core.shown import shown
+from qlsched.metrics import registry_reader
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import RUNTIME, Login, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
+from qlsched.readable_sink import ReadableSink, diagnostics_sink
 from qlsched.settings import given_flags, load_config
-from qlsched.sinks import StreamSink, route_library_logs
+from qlsched.signals import watch_signals
+from qlsched.sinks import route_library_logs
+from qlsched.summary import Summary, summary_interval
 
 STOPPED_AT_DEADLINE: Final = 3
 """Exit code: stopped in time, but the deadline cut work in flight."""
-SUMMARY_ON_TERMINAL_S: Final = 10.0
 _LISTEN_ERRORS: Final = {
     errno.EADDRINUSE: "the address is already in use (another replica or service?)",
     errno.EADDRNOTAVAIL: "the address is not on this machine",
@@ -109,7 +116,7 @@ async def check_login(dsn: str) -> Login:
 
 
 async def _print_summaries(control: ClusterControl, interval_s: float) -> None:
-    summary = Summary(control.metrics.registry)
+    summary = Summary(registry_reader(control.metrics.registry))
     while True:
         await trio.sleep(interval_s)
         print(f"qlsched run: {summary.line(interval_s)}", file=sys.stderr, flush=True)
@@ -125,7 +132,7 @@ async def run_replica(
     """Run until SIGINT/SIGTERM. A signal during start-up (readiness or recovery waiting on
     the database) cuts the start at once: nothing was scheduling yet, so that is a stop in
     order (exit 0)."""
-    sink = StreamSink(stream, replica=config.owner)
+    sink = diagnostics_sink(stream, replica=config.owner, prefix="qlsched run:")
     try:
         check_listen(config.http_address())
     except CannotListen as exc:
@@ -142,7 +149,7 @@ async def run_replica(
                 controls.append(control)
                 address = control.http_address
                 _say(
-                    f"replica {config.owner} started"
+                    f"replica {shown(config.owner)} started"
                     + (f" http://{address[0]}:{address[1]}" if address else "")
                 )
                 async with trio.open_nursery() as nursery:
@@ -173,6 +180,8 @@ async def run_replica(
                 watch_signals, (signal.SIGINT, signal.SIGTERM), on_signal, name="qlsched.signals"
             )
             nursery.start_soon(replica, nursery.cancel_scope, name="qlsched.replica")
+    if isinstance(sink, ReadableSink):
+        sink.close()  # tell what was folded
     if failures:
         failure = failures[0]
         if isinstance(failure, SchemaNotReady):
@@ -196,22 +205,14 @@ async def run_replica(
     return 0
 
 
-def _summary_interval(args: argparse.Namespace) -> float:
-    """Seconds between summary lines: ``--summary``, else ``QLSCHED_SUMMARY`` (a service
-    manager's environment file), else every 10 s on a terminal and never otherwise."""
-    text: str | None = getattr(args, "summary", None)
-    source = "flag --summary"
-    if text is None and (text := os.environ.get("QLSCHED_SUMMARY")) is not None:
-        source = "environment QLSCHED_SUMMARY"
-    if text is None:
-        return SUMMARY_ON_TERMINAL_S if sys.stderr.isatty() else 0.0
-    try:
-        given = float(text)
-    except ValueError:
-        raise ConfigError(f"summary: expected seconds, got {text!r} (from {source})") from None
-    if not 0 <= given <= 86_400:
-        raise ConfigError(f"summary={given:g} is out of bounds 0..86400 (from {source})")
-    return given
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(p, role="runtime")
+    add_config_options(p, *(name for name in FLAGS if name not in DATABASE_OPTIONS))
+    p.add_argument(
+        "--summary",
+        metavar="SECONDS",
+        help="print a one-line summary this often (default 10 on a terminal, 0 = off)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -219,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=given_flags(args)
         )
-        summary_s = _summary_interval(args)
+        summary_s = summary_interval(args.summary)
     except ConfigError as exc:
         return fail("run", str(exc), 2)
     stream: IO[str] | None = None

@@ -13,6 +13,7 @@ import msgspec
 from qlsched.admin.runs import list_runs
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_database_options
 from qlsched.core.work import RunView
 from qlsched.postgres.login import OBSERVER
 from qlsched.settings import load_config
@@ -58,3 +59,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
     return run_command("runs", body)
+
+
+def add_arguments(runs: argparse.ArgumentParser) -> None:
+    runs.add_argument("trigger", nargs="?", metavar="P/T", help="PROJECT/TRIGGER or PROJECT")
+    runs.add_argument("--state", help="queued, running, succeeded, failed or cancelled")
+    runs.add_argument("--limit", type=int, default=50, help="at most N runs (default 50)")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run")
+    add_database_options(runs, role="observer")

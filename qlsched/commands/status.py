@@ -10,60 +10,33 @@ no escape codes when stdout is a pipe or a file. ``--json`` prints one object wh
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 from typing import IO
 
 import msgspec
-from rich import box
-from rich.console import Console, JustifyMethod
-from rich.table import Table
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
+from qlsched.commands.options import add_database_options
+from qlsched.commands.tables import (
+    console_for,
+    iso,
+    iso_s,
+    recent_run_line,
+    schedules_table,
+)
 from qlsched.core.control import ScheduleAction
-from qlsched.core.cron import dst_policy_label
-from qlsched.core.store import ScheduleRow
+from qlsched.core.shown import shown
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.status import StatusReport, StatusRequest, read_status
+from qlsched.postgres.status import STATUS_LIMIT, StatusReport, StatusRequest, read_status
 from qlsched.settings import load_config
 
 
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def _iso_s(ms: int | None) -> str:
-    """An occurrence's time: whole seconds (cron occurrences have no milliseconds)."""
-    return "-" if ms is None else _iso(ms)[:19]
-
-
-_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
-    ("TRIGGER", "left"),
-    ("CRON", "left"),
-    ("ZONE", "left"),
-    ("NEXT FIRE (UTC)", "left"),
-    ("LAG", "right"),
-    ("CLAIM", "left"),
-    ("LEASE", "right"),
-    ("SKIP", "right"),
-    ("COAL", "right"),
-)
-
-
-def _marker(s: ScheduleRow) -> str:
-    if s.paused_at_ms is not None:
-        return " (paused)"
-    return "" if s.active else " (off)"
-
-
 def _action_text(a: ScheduleAction) -> str:
-    who = a.actor if a.actor_label is None else f"{a.actor} ({a.actor_label})"
-    return f"{a.kind} {_iso(a.at_ms)} by {who}"
+    who = shown(a.actor) if a.actor_label is None else f"{shown(a.actor)} ({shown(a.actor_label)})"
+    return f"{a.kind} {iso(a.at_ms)} by {who}"
 
 
 def control_lines(report: StatusReport) -> list[str]:
@@ -75,8 +48,8 @@ def control_lines(report: StatusReport) -> list[str]:
             continue
         parts = [f"{s.project_id}/{s.trigger_id}"]
         if s.paused_at_ms is not None:
-            note = "" if s.pause_note is None else f" ({s.pause_note})"
-            parts.append(f"paused since {_iso(s.paused_at_ms)}{note};")
+            note = "" if s.pause_note is None else f" ({shown(s.pause_note)})"
+            parts.append(f"paused since {iso(s.paused_at_ms)}{note};")
         parts.append(f"paused_total {s.paused_total};")
         if s.actions:
             parts.append("last actions: " + ", ".join(_action_text(a) for a in s.actions))
@@ -93,45 +66,9 @@ def outcome_lines(report: StatusReport) -> list[str]:
         took = "" if s.last_duration_ms is None else f" in {s.last_duration_ms} ms"
         lines.append(
             f"  last run {s.project_id}/{s.trigger_id}: {s.last_outcome}{took}"
-            f" at {_iso(s.last_finished_at_ms)}"
+            f" at {iso(s.last_finished_at_ms)}"
         )
     return lines
-
-
-def _schedules_table(report: StatusReport, *, terminal: bool) -> Table:
-    table = Table(
-        box=box.SIMPLE_HEAD if terminal else None,
-        header_style="bold" if terminal else "",
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-    )
-    # On a narrow terminal cells fold onto more lines (a time's date above its clock):
-    # never cropped or cut with an ellipsis, since a shortened time or count would be wrong.
-    for name, justify in _COLUMNS:
-        table.add_column(name, justify=justify, overflow="fold")
-    now = report.now_ms
-    for s in report.schedules:
-        # Due at the cursor plus its jitter (docs/contract.md §11): lag counts from there.
-        due = s.next_fire_at_ms if s.due_at_ms is None else s.due_at_ms
-        lag = "-"
-        if due is not None and due <= now and s.active:
-            lag = f"{(now - due) / 1000:.1f}s"
-        lease = "-"
-        if s.claim_expires_at_ms is not None:
-            lease = f"{max(0, s.claim_expires_at_ms - now) / 1000:.1f}s"
-        table.add_row(
-            f"{s.project_id}/{s.trigger_id}" + _marker(s),
-            s.cron,
-            " ".join(filter(None, (s.timezone, dst_policy_label(s.dst_gap, s.dst_fold)))),
-            _iso_s(s.next_fire_at_ms) + (f" due {_iso(due)}" if s.jitter_ms else ""),
-            lag,
-            s.claim_owner or "-",
-            lease,
-            str(s.skipped_total),
-            str(s.coalesced_total),
-        )
-    return table
 
 
 def _backlog(report: StatusReport) -> str:
@@ -143,37 +80,41 @@ def _backlog(report: StatusReport) -> str:
 
 def _request_line(q: StatusRequest) -> str:
     """One request: what was asked, by whom, and how far it got."""
-    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {q.state}"
+    state = "held (trigger paused; runs after resume)" if q.held else q.state
+    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {state}"
     if q.refused_reason is not None:
-        line += f" ({q.refused_reason})"
+        line += f" ({shown(q.refused_reason)})"
+    if q.failures and q.last_failure is not None:
+        line += f" (failed {q.failures} in a row, last {q.last_failure})"
     if q.kind == "backfill":
         line += (
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
-            f" {q.already_admitted}) {_iso_s(q.from_ms)}..{_iso_s(q.to_ms)}"
+            f" {q.already_admitted}) {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
         )
-    line += f" by {q.actor or q.requested_by} at {_iso(q.created_at_ms)}"
-    return line + (f" note {q.note!r}" if q.note else "")
+    line += f" by {shown(q.actor or q.requested_by)} at {iso(q.created_at_ms)}"
+    return line + (f" note {shown(q.note)}" if q.note else "")
 
 
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
-    out = file if file is not None else sys.stdout
-    terminal = out.isatty()
-    # Off a terminal rich would wrap at 80 columns; a table of long ids must stay one line
-    # per row for grep and awk, so the width is only a ceiling there.
-    console = Console(file=out, highlight=False, width=None if terminal else 1000)
+    console, terminal = console_for(file if file is not None else sys.stdout)
     console.print(
-        f"database time {_iso(report.now_ms)}   due backlog {_backlog(report)}",
+        f"database time {iso(report.now_ms)}   due backlog {_backlog(report)}",
         markup=False,
     )
     if report.schedules:
-        console.print(_schedules_table(report, terminal=terminal))
+        console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
         if terminal:
             console.print(
                 "SKIP: occurrences policy skip dropped, found past the grace. "
                 "COAL: occurrences a late Fire passed over (either policy).",
                 style="dim",
                 markup=False,
+            )
+        if report.schedules_more:
+            console.print(
+                f"showing the first {len(report.schedules):,} triggers; there are more:"
+                " `qlsched status --all` shows every one (or /v1/schedules, page by page)"
             )
     else:
         console.print("no triggers published (qlsched publish FILE.toml)", markup=False)
@@ -185,8 +126,17 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
     for refused in report.refused:
         console.print(
             f"cannot admit {refused.project_id}/{refused.trigger_id} until it is re-published:"
-            f" {refused.reason}",
+            f" {shown(refused.reason)}",
             style="bold red" if terminal else None,
+            markup=False,
+        )
+    for row in report.failing:
+        at = "" if row.last_failure_at_ms is None else f" at {iso(row.last_failure_at_ms)}"
+        console.print(
+            f"{'stuck' if row.stuck else 'failing'} {row.project_id}/{row.trigger_id}:"
+            f" {row.failures} admits failed in a row, last {row.last_failure}{at}"
+            " (each gave its claim back; the next admit clears it)",
+            style="bold red" if terminal and row.stuck else None,
             markup=False,
         )
     for q in report.requests:
@@ -195,19 +145,20 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         console.print(line, markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
-        lag = "-" if r.queued_at_ms is None else f"{r.queued_at_ms - r.scheduled_for_ms} ms"
-        console.print(
-            f"  {r.project_id}/{r.trigger_id} for {_iso(r.scheduled_for_ms)} "
-            f"{r.state} by {r.admitted_by_owner} (lag {lag})",
-            markup=False,
-        )
+        console.print(recent_run_line(r), markup=False)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_options(p, role="observer")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--all", action="store_true", help="every trigger (default: the first 1000)")
 
 
 def main(args: argparse.Namespace) -> int:
     async def body(dsn: str) -> int:
         async def fn(conn: Connection) -> StatusReport:
             require(await read_login(conn, OBSERVER), command="status", role=OBSERVER)
-            return await read_status(conn)
+            return await read_status(conn, limit=None if args.all else STATUS_LIMIT)
 
         report = await connect_once(dsn, fn)
         if args.json:
@@ -217,20 +168,15 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
     async def configured() -> int:
+        # The file is read (a missing one is bad input, exit 2, as for run and check), and a
+        # DSN given anywhere, even empty, is validated: never a silent fall-back to the local
+        # database.
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags={"dsn": args.dsn}
         )
-        assert config.dsn
-        return await body(config.dsn)
-
-    if args.dsn is not None or os.environ.get("QLSCHED_DSN") is not None:
-        # Given, even empty: configuration validates it (an empty DSN is bad input, exit 2),
-        # never a silent fall-back to the embedded database.
-        return run_command("status", configured)
-
-    async def local() -> int:
         return await body(
-            await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
+            config.dsn
+            or await local_dsn("status", args.data_dir, args.pg_bindir, "qlsched_observer")
         )
 
-    return run_command("status", local)
+    return run_command("status", configured)

@@ -24,12 +24,12 @@ import trio
 
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
-from qlsched.commands._signals import watch_signals
 from qlsched.core.config import ConfigError
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import WORKER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.readiness import check_readiness
+from qlsched.signals import watch_signals
 from qlsched.worker import WorkerConfig, WorkerMetrics, serve_worker
 from qlsched.worker.http import serve_worker_http
 
@@ -126,3 +126,18 @@ def main(args: argparse.Namespace) -> int:
         return await work(config, _http(args.http))
 
     return run_command("work", body)
+
+
+def add_arguments(work: argparse.ArgumentParser) -> None:
+    work.add_argument("--dsn", help="PostgreSQL DSN (worker; also QLSCHED_WORKER_DSN)")
+    for flag, text in (
+        ("--concurrency", "jobs at once (default 4)"),
+        ("--lease-ms", "the lease on each claimed Attempt (default 30000)"),
+        ("--stop-timeout-ms", "on SIGTERM, how long running jobs may finish (default 10000)"),
+        ("--poll-ms", "how often to look for queued Runs when idle (default 500)"),
+    ):
+        work.add_argument(flag, type=int, metavar="N", help=text)
+    work.add_argument("--worker-id", help="the name recorded on Attempts (default: random)")
+    work.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and /healthz here")
+    work.add_argument("--pg-bindir", help="PostgreSQL server binaries for the local database")
+    work.add_argument("--data-dir", help="data directory of the local database")

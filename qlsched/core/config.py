@@ -15,6 +15,7 @@ import msgspec
 import msgspec.inspect
 from msgspec import Meta
 
+from qlsched.core.address import parse_host_port
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 
 CLAIM_BUDGET_HARD_CAP = 256
@@ -71,8 +72,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def http_address(self) -> tuple[str, int] | None:
         if self.http is None:
             return None
-        host, _, port = self.http.rpartition(":")
-        return host.strip("[]"), int(port)
+        address = parse_host_port(self.http)
+        assert address is not None  # checked when the Config was built
+        return address
 
 
 def _bounds() -> dict[str, tuple[int, int]]:
@@ -206,9 +208,6 @@ def _problem(config: Config) -> tuple[str, tuple[str, ...]] | None:
             "http_token: must be non-empty printable ASCII without surrounding spaces",
             ("http_token",),
         )
-    if config.http is not None:
-        host, sep, port = config.http.rpartition(":")
-        digits = port.isascii() and port.isdigit()
-        if not sep or not host or not digits or not 0 <= int(port) <= 65535:
-            return f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535", ("http",)
+    if config.http is not None and parse_host_port(config.http) is None:
+        return f"http={_shown(config.http)}: expected HOST:PORT with PORT 0..65535", ("http",)
     return None

@@ -17,6 +17,7 @@ import msgspec
 
 from qlsched.core.pause import CatchUp
 from qlsched.core.specs import ID_PATTERN, ID_RULE, quoted
+from qlsched.core.utf8 import surrogate_in
 
 NOTE_MAX_CHARS: Final = 1000
 """``note`` and ``pause_note``: length BETWEEN 1 AND 1000."""
@@ -48,16 +49,33 @@ class TriggerRef(msgspec.Struct, frozen=True):
 
 def trigger_ref(text: str) -> TriggerRef:
     """``PROJECT/TRIGGER`` as the commands take it, each part a valid id."""
+    if not isinstance(text, str):
+        raise ControlError(
+            f"a trigger reference must be PROJECT/TRIGGER text, got {type(text).__name__}"
+        )
     project, sep, trigger = text.partition("/")
     if not sep or not _ID.match(project) or not _ID.match(trigger):
         raise ControlError(f"{quoted(text)} is not PROJECT/TRIGGER (each id {ID_RULE})")
     return TriggerRef(project, trigger)
 
 
+def checked_ref(trigger: object) -> TriggerRef:
+    """A ``TriggerRef`` or its ``PROJECT/TRIGGER`` text, each part a valid id (a Struct
+    built in code skips the check a string gets)."""
+    if isinstance(trigger, TriggerRef):
+        return trigger_ref(f"{trigger.project_id}/{trigger.trigger_id}")
+    return trigger_ref(trigger)  # type: ignore[arg-type]  # any other type is refused there
+
+
 def checked_text(value: str | None, *, what: str, max_chars: int) -> str | None:
-    """A note or actor label as stored: None when absent or blank, else bounded, no NUL."""
+    """A note or actor label as stored: None when absent or blank, else bounded, no NUL,
+    UTF-8 text (a lone surrogate from a bad argument is refused, not sent)."""
+    if value is not None and not isinstance(value, str):
+        raise ControlError(f"{what}: expected text, got {type(value).__name__}")
     if value is None or not value.strip():
         return None
+    if surrogate_in(value) is not None:
+        raise ControlError(f"{what}: not UTF-8 text (a lone surrogate)")
     if "\x00" in value:
         raise ControlError(f"{what}: contains a NUL character")
     if len(value) > max_chars:

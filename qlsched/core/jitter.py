@@ -144,6 +144,21 @@ def shortest_period_ms(schedule: CronSchedule, limit_ms: int = JITTER_MS_MAX + 1
     return period
 
 
+def jitter_problem(jitter_ms: int, schedule: CronSchedule) -> str | None:
+    """Why ``jitter_ms`` cannot be a jitter of a trigger on ``schedule`` (a phrase for an
+    error line), or None when it can: within 0..``JITTER_MS_MAX`` and, unless 0, below the
+    shortest period between occurrences. The one check of publish (both profiles) and of
+    ``next --jitter-ms``; what passes it is trusted downstream."""
+    if not 0 <= jitter_ms <= JITTER_MS_MAX:
+        return f"must be 0..{JITTER_MS_MAX}, got {jitter_ms}"
+    if jitter_ms and jitter_ms >= (period := shortest_period_ms(schedule)):
+        return (
+            f"{jitter_ms} is not below the trigger's shortest period between occurrences,"
+            f" {period_text(period)}"
+        )
+    return None
+
+
 def period_text(period_ms: int) -> str:
     """``90000 ms (1 min 30 s)``: a period for an error line."""
     seconds = period_ms // 1000

@@ -2,13 +2,22 @@
 
 The key is a pure function of (trigger, revision, scheduled_for) and ``scheduled_for`` is
 always the durable cursor, so a takeover replica computes the same key for the same
-occurrence. Ids are random UUIDv4, not time-ordered: with the attempts -> runs foreign key,
-sequential keys make concurrent SERIALIZABLE admits conflict on the rightmost index page's
-predicate lock (docs/performance.md).
+occurrence.
+
+Ids are version-4 UUIDs whose first 32 bits name the replica that mints them (a hash of its
+owner id) and whose other 90 free bits are random. Why: the attempts -> runs and run_events
+-> runs foreign keys make every admit read the ``runs_pkey`` leaf pages its new Runs went
+into, and under SERIALIZABLE that read is a page-level predicate lock. Time-ordered ids put
+every replica on the rightmost page; fully random ids scatter every replica over every
+page, so concurrent admits of different replicas keep landing on each other's locked pages
+and retrying, more so the more replicas run. A prefix per replica keeps each replica's Runs
+in its own stretch of the index (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import uuid
 
 from qlsched.core.fence import Claim, FireRequest
@@ -28,8 +37,17 @@ def manual_key(trigger_id: str, trigger_revision: int, request_id: uuid.UUID) ->
     return f"{MANUAL_KEY_PREFIX}:{trigger_id}:{trigger_revision}:{request_id}"
 
 
-def new_id() -> uuid.UUID:
-    return uuid.uuid4()
+def replica_prefix(owner: str) -> bytes:
+    """The four bytes a replica's ids start with: the same on every call for an owner."""
+    return hashlib.sha256(owner.encode()).digest()[:4]
+
+
+def new_id(owner: str | None = None) -> uuid.UUID:
+    """A version-4 UUID; with ``owner``, its first four bytes are the owner's prefix."""
+    if owner is None:
+        return uuid.uuid4()
+    raw = replica_prefix(owner) + secrets.token_bytes(12)
+    return uuid.UUID(bytes=raw, version=4)
 
 
 def fire_request(claim: Claim, fire: Fire) -> FireRequest:
@@ -39,8 +57,8 @@ def fire_request(claim: Claim, fire: Fire) -> FireRequest:
         scheduled_for_ms=fire.scheduled_for_ms,
         next_ms=fire.next_ms,
         coalesced=fire.coalesced,
-        run_id=new_id(),
-        attempt_id=new_id(),
+        run_id=new_id(claim.fence.owner),
+        attempt_id=new_id(claim.fence.owner),
         idempotency_key=idempotency_key(
             claim.trigger_id, claim.trigger_revision, fire.scheduled_for_ms
         ),

@@ -75,6 +75,15 @@ class Admitted(_Outcome, frozen=True, tag="admitted"):
     admitted_at_ms: int
 
 
+class AlreadyAdmitted(_Outcome, frozen=True, tag="already_admitted"):
+    """The Fire's key already had a Run (a backfill took the occurrence first): the cursor
+    moved past it with no second Run, so a taken key is never a retry loop."""
+
+    scheduled_for_ms: int
+    idempotency_key: str
+    admitted_at_ms: int
+
+
 class _CursorSet(_Outcome, frozen=True):
     next_ms: int
     """The cursor as written (the next occurrence), under the claim's fence."""
@@ -139,6 +148,7 @@ class StoreFailed(_Outcome, frozen=True, tag="store_failed"):
 
 Outcome = (
     Admitted
+    | AlreadyAdmitted
     | Initialized
     | Skipped
     | Released

@@ -46,6 +46,9 @@ class ResumePlan(msgspec.Struct, frozen=True):
     """Occurrences that fell inside the pause."""
     paused: int
     """Of those, the ones that will not run: what ``paused_total`` grows by."""
+    decided_from_ms: int | None = None
+    """For a row without a cursor: the first occurrence this resume decides (counts or
+    fires), where the row's accounting window starts; None: the row keeps its own."""
 
 
 def latest_occurrence(schedule: CronSchedule, after_ms: int, until_ms: int) -> int | None:
@@ -97,13 +100,19 @@ def plan_resume(
         latest = latest_occurrence(schedule, since_ms, now_ms)
         if latest is None:
             return ResumePlan(next_fire_at_ms=None, catch_up_at_ms=None, inside=0, paused=0)
+    first = None if cursor_ms is not None else next_after(schedule, since_ms)
     if catch_up == "fire_once":
         return ResumePlan(
-            next_fire_at_ms=latest, catch_up_at_ms=latest, inside=inside, paused=inside - 1
+            next_fire_at_ms=latest,
+            catch_up_at_ms=latest,
+            inside=inside,
+            paused=inside - 1,
+            decided_from_ms=first,
         )
     return ResumePlan(
         next_fire_at_ms=next_after(schedule, now_ms),
         catch_up_at_ms=None,
         inside=inside,
         paused=inside,
+        decided_from_ms=first,
     )

@@ -35,9 +35,17 @@ RefusedReason = Literal[
     "project_archived",
     "revision_changed",
     "digest_invalid",
+    "count_mismatch",
+    "failed_repeatedly",
 ]
 """Why a request was refused: at once when recorded, or by the replica that would admit it
-(the trigger changed, was disabled or archived, or does not verify since it was asked)."""
+(the trigger changed, was disabled or archived, or does not verify since it was asked; a
+chunk would count past the recorded total, as when the recorder's and the replica's zone
+data disagree; or its admit failed ``REQUEST_FAILURES_MAX`` times in a row)."""
+
+REQUEST_FAILURES_MAX: Final = 5
+"""Admits of one request that may fail in a row (each after its own retries) before the
+request is refused ``failed_repeatedly``: never retried forever in silence."""
 
 
 def backfill_count(cron: CronSchedule, from_ms: int, to_ms: int) -> int:
@@ -56,6 +64,14 @@ class Chunk(msgspec.Struct, frozen=True):
     cursor when the chunk is empty."""
     done: bool
     """No occurrence of the range is left after this chunk."""
+    next_ms: int | None = None
+    """The first occurrence of the range not in this chunk (what a waiting backfill waits
+    for: the claim takes it again once cron's cursor is past it); None when done."""
+
+
+def first_occurrence(cron: CronSchedule, from_ms: int) -> int:
+    """A backfill's first occurrence: the first at or after ``from_ms`` (maybe past its end)."""
+    return next_after(cron, from_ms - 1)
 
 
 def backfill_chunk(
@@ -76,9 +92,11 @@ def backfill_chunk(
         if t > to_ms:
             return Chunk(out, out[-1] if out else cursor_ms, True)
         if t >= below_ms:
-            return Chunk(out, out[-1] if out else cursor_ms, False)
+            return Chunk(out, out[-1] if out else cursor_ms, False, next_ms=t)
         out.append(t)
-    return Chunk(out, out[-1], next_after(cron, out[-1]) > to_ms)
+    following = next_after(cron, out[-1])
+    done = following > to_ms
+    return Chunk(out, out[-1], done, next_ms=None if done else following)
 
 
 class RequestIdentity(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +152,8 @@ class RequestChunk(msgspec.Struct, frozen=True):
     attempt_ids: list[uuid.UUID]
     cursor_ms: int | None
     done: bool
+    next_ms: int | None = None
+    """A backfill's next occurrence after this chunk (see ``Chunk.next_ms``)."""
 
 
 class RequestStore(Protocol):
@@ -223,6 +243,10 @@ class RequestWaiting(_RequestOutcome, frozen=True, tag="request_waiting"):
     """A backfill whose next occurrence is not behind the cron cursor yet: released."""
 
 
+class RequestHeld(_RequestOutcome, frozen=True, tag="request_held"):
+    """The trigger is paused: nothing admitted, the claim released; it runs after resume."""
+
+
 class RequestRefused(_RequestOutcome, frozen=True, tag="request_refused"):
     reason: RefusedReason
 
@@ -238,7 +262,8 @@ class RequestCommitUnknown(_RequestOutcome, frozen=True, tag="request_commit_unk
 
 
 class RequestFailed(_RequestOutcome, frozen=True, tag="request_failed"):
-    """Retries exhausted or another database error: the claim is left to expire."""
+    """Retries exhausted or another database error: the claim is given back at once and
+    the failure counted (refused after ``REQUEST_FAILURES_MAX`` in a row)."""
 
     sqlstate: str | None
     exception: str | None
@@ -247,6 +272,7 @@ class RequestFailed(_RequestOutcome, frozen=True, tag="request_failed"):
 RequestOutcome = (
     RequestAdmitted
     | RequestWaiting
+    | RequestHeld
     | RequestRefused
     | RequestFenceLost
     | RequestCommitUnknown

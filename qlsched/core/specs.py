@@ -29,7 +29,7 @@ from qlsched.core.cron import (
     DstGap,
     parse_cron,
 )
-from qlsched.core.jitter import JITTER_MS_MAX, period_text, shortest_period_ms
+from qlsched.core.jitter import JITTER_MS_MAX, jitter_problem
 from qlsched.core.tomlfile import TomlFileError, decode_toml, printable
 from qlsched.core.work import MAX_ATTEMPTS_MAX, RETRY_BACKOFF_MS_MAX, TIMEOUT_MS_MAX
 
@@ -205,11 +205,8 @@ def validate_publish_file(spec: PublishFile) -> None:
             if message.startswith("timezone: "):
                 raise SpecError(f"{label}: {message}") from None
             raise SpecError(f"{label}: cron: {message}") from None
-        if tr.jitter_ms and tr.jitter_ms >= (period := shortest_period_ms(schedule)):
-            raise SpecError(
-                f"{label}: jitter_ms: {tr.jitter_ms} is not below the trigger's shortest"
-                f" period between occurrences, {period_text(period)}"
-            )
+        if (problem := jitter_problem(tr.jitter_ms, schedule)) is not None:
+            raise SpecError(f"{label}: jitter_ms: {problem}")
 
 
 def _canonical(obj: dict[str, Any]) -> bytes:

@@ -43,6 +43,21 @@ class ScheduleStore(Protocol):
         ...
 
 
+Settle = tuple[Claim, Initialize | Skip]
+"""A decision that moves the cursor without a Run, with the claim it is written under."""
+
+
+class RoundWriter(Protocol):
+    """A store without leases (the Edge's) writes a whole round in one transaction."""
+
+    async def commit(
+        self, fires: Sequence[FireRequest], settles: Sequence[Settle] = ()
+    ) -> list[Outcome]:
+        """The Fires' Runs with their cursors, then the settles; one outcome per write,
+        Fires first, each in request order. Raises when nothing of the round was written."""
+        ...
+
+
 class ScheduleRow(msgspec.Struct, frozen=True):
     """One schedule row with its trigger's cron and zone (database times, epoch ms)."""
 
@@ -109,7 +124,20 @@ class ScheduleReader(Protocol):
         ...
 
 
+class FailingCounts(msgspec.Struct, frozen=True):
+    """Database-wide: schedule rows whose last admits failed, those failing long enough to
+    be called stuck, and pending requests whose last admits failed (the metrics scrape)."""
+
+    schedules: int = 0
+    stuck_schedules: int = 0
+    requests: int = 0
+
+
 class ActionTotalsReader(Protocol):
     async def action_totals(self) -> list[ActionTotal]:
         """Control actions per kind so far, database-wide (the metrics scrape)."""
+        ...
+
+    async def failing_counts(self) -> FailingCounts:
+        """What is failing again and again, database-wide (the metrics scrape)."""
         ...

@@ -76,17 +76,7 @@ def start_embedded(
 
     Ownership: the returned server is the caller's; it is also stopped at interpreter exit.
     """
-    extra = {str(k).lower(): str(v) for k, v in (settings or {}).items()}
-    refused = sorted(RESERVED_SETTINGS & extra.keys())
-    if refused:
-        raise EmbeddedError(f"these settings are managed by qlsched.embedded: {', '.join(refused)}")
-    try:
-        port = int(extra.pop("port")) if "port" in extra else None
-    except ValueError:
-        raise EmbeddedError("the port setting must be a number") from None
-    if tcp and port is not None and not port_is_free(port):
-        raise EmbeddedError(f"port {port} on 127.0.0.1 is taken")
-
+    extra, port = _server_settings(settings, tcp=tcp)
     source = find_bindir(None if bindir is None else str(bindir))
     require_binaries(source)
     major, full_version = server_version(source)
@@ -125,39 +115,66 @@ def start_embedded(
         LIVE.add(server)
     started = time.monotonic()
     try:
-        if temp_dir is not None:
-            server._spawn_guardian()
-        if fresh:
-            try:
-                server._initdb(sync=temp_dir is None)
-            except BaseException:
-                if temp_dir is None:
-                    # The directory was empty before us: leave it so, not half-initialised.
-                    for child in data.iterdir():
-                        if child.is_dir() and not child.is_symlink():
-                            shutil.rmtree(child)
-                        else:
-                            child.unlink()
-                raise
-        else:
-            clear_stale(data)
-        server._launch()
-        if tcp:
-            server._set_password()
-        pid = server.pid
-        if detached:
-            server.detach()
+        pid = _bring_up(
+            server, fresh=fresh, ephemeral=temp_dir is not None, tcp=tcp, detached=detached
+        )
     except BaseException:
         server.cleanup()
         raise
-    logger.info(
-        "started PostgreSQL %s (pid %d) in %s in %.2f s",
-        full_version,
-        pid,
-        data,
-        time.monotonic() - started,
-    )
+    took = time.monotonic() - started
+    logger.info("started PostgreSQL %s (pid %d) in %s in %.2f s", full_version, pid, data, took)
     return server
+
+
+def _server_settings(
+    settings: Mapping[str, str] | None, *, tcp: bool
+) -> tuple[dict[str, str], int | None]:
+    """The extra settings (lower-cased names) less the port, and the port if one is set.
+
+    Raises:
+        EmbeddedError: a managed setting, a port that is not a number, or one taken.
+    """
+    extra = {str(k).lower(): str(v) for k, v in (settings or {}).items()}
+    refused = sorted(RESERVED_SETTINGS & extra.keys())
+    if refused:
+        raise EmbeddedError(f"these settings are managed by qlsched.embedded: {', '.join(refused)}")
+    try:
+        port = int(extra.pop("port")) if "port" in extra else None
+    except ValueError:
+        raise EmbeddedError("the port setting must be a number") from None
+    if tcp and port is not None and not port_is_free(port):
+        raise EmbeddedError(f"port {port} on 127.0.0.1 is taken")
+    return extra, port
+
+
+def _bring_up(
+    server: EmbeddedPostgres, *, fresh: bool, ephemeral: bool, tcp: bool, detached: bool
+) -> int:
+    """initdb (a fresh directory) or clear what a dead server left, start, set the TCP
+    password, detach if asked; the server's pid. A failed initdb of a persistent
+    directory empties it again (it was empty before us: not left half-initialised)."""
+    if ephemeral:
+        server._spawn_guardian()
+    if fresh:
+        try:
+            server._initdb(sync=not ephemeral)
+        except BaseException:
+            if not ephemeral:
+                for child in server.data_dir.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+            raise
+    else:
+        clear_stale(server.data_dir)
+    server._launch()
+    if tcp:
+        server._set_password()
+    pid = server.pid
+    if detached:
+        server.detach()
+    return pid
 
 
 @contextlib.contextmanager

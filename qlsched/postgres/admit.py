@@ -33,6 +33,7 @@ from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.fence import FireRequest, failed_part
 from qlsched.core.outcomes import (
     Admitted,
+    AlreadyAdmitted,
     CommitUnknown,
     DigestInvalid,
     FenceLost,
@@ -157,6 +158,14 @@ def _exhausted(fire: FireRequest, attempts: int, state: str | None) -> Outcome:
 def _row_outcome(fire: FireRequest, row: Any) -> Outcome | None:
     """One admit result row as its outcome; None: the row was left untouched although its
     fence, cursor and specs hold (held by another session, or not at its locator)."""
+    if row["admitted_at_ms"] is not None and row["key_taken"]:
+        return AlreadyAdmitted(
+            fire.claim.project_id,
+            fire.claim.trigger_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            idempotency_key=fire.idempotency_key,
+            admitted_at_ms=row["admitted_at_ms"],
+        )
     if row["admitted_at_ms"] is not None:
         return Admitted(
             fire.claim.project_id,
@@ -261,7 +270,39 @@ class Admission:
             fire = _by_key(fires[i])
             alone = await self._send(owner, [fire])
             self._place(alone, [fire], [i], outcomes)
-        return [o for o in outcomes if o is not None]
+        done = [o for o in outcomes if o is not None]
+        await self._count_taken([o for o in done if isinstance(o, AlreadyAdmitted)])
+        return done
+
+    async def _count_taken(self, taken: Sequence[AlreadyAdmitted]) -> None:
+        """Count each key found taken on its row and report it. After the commit and
+        unfenced: a lost count never changes a bucket (the key's Run is the occurrence's)."""
+        sql = query("count_already_admitted")
+        for outcome in taken:
+            self._emit(
+                Diagnostic(
+                    code="already_admitted",
+                    project_id=outcome.project_id,
+                    trigger_id=outcome.trigger_id,
+                    at_ms=outcome.scheduled_for_ms,
+                )
+            )
+            try:
+
+                async def fn(conn: Connection, o: AlreadyAdmitted = outcome) -> None:
+                    await conn.execute(sql, o.project_id, o.trigger_id)
+
+                await self._probe_db.run(fn)
+            except Exception as exc:
+                self._emit(
+                    Diagnostic(
+                        code="already_admitted_uncounted",
+                        sqlstate=sqlstate(exc),
+                        exception=type(exc).__name__,
+                        project_id=outcome.project_id,
+                        trigger_id=outcome.trigger_id,
+                    )
+                )
 
     def _place(
         self,

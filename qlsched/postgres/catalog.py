@@ -38,10 +38,10 @@ from asyncpg import Record
 
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts, apply_role_timeouts
 
 if TYPE_CHECKING:
     from qlsched.migrations import Migration
-    from qlsched.postgres.migrate import RoleTimeouts
 
 Key = tuple[str, str]  # kind, object
 Shape = dict[Key, str]  # -> definition
@@ -127,12 +127,7 @@ async def build_reference(
     try:
         async with conn.transaction():
             await conn.execute(query("catalog_build_set_aside"))
-            await conn.execute(
-                query("bootstrap_settings"),
-                str(timeouts.idle_in_transaction_ms),
-                str(timeouts.lock_timeout_ms),
-                str(timeouts.statement_timeout_ms),
-            )
+            await apply_role_timeouts(conn, timeouts)
             await conn.execute(bootstrap)
             await conn.execute(query("become_owner"))
             for mig in files:

@@ -15,6 +15,7 @@ from typing import Any, Final
 import trio
 
 from qlsched.core.fence import Claim, ClaimFence, FireRequest, ObservedSchedule
+from qlsched.core.lease import retry_deadline_s
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
 
@@ -26,9 +27,6 @@ CLAIM_SETTINGS: Final[Mapping[str, str]] = {
 statement, and re-planning it at each call cost more than running it; its scans are
 index-ordered, which a small table's plan would otherwise trade for a sequential scan
 (docs/performance.md, Claim)."""
-
-LEASE_MARGIN_S: Final = 0.5
-"""Retries stop this long before the lease would expire by this process's reckoning."""
 
 
 def fence_from_row(row: Any) -> ClaimFence:
@@ -76,14 +74,23 @@ def observed_schedule(row: Any) -> ObservedSchedule | None:
     return ObservedSchedule(**{name: row[name] for name in _OBSERVED_COLUMNS})
 
 
-async def claim_rows(db: Database, owner: str, limit: int, lease_ms: int) -> list[Claim]:
-    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement)."""
+async def claim_rows(
+    db: Database, owner: str, limit: int, lease_ms: int
+) -> tuple[list[Claim], int | None]:
+    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement); also
+    how long from the claim until the next unclaimed row falls due (database ms; None: no
+    row is waiting to fall due)."""
     sql = query("claim")
 
     async def fn(conn: Connection) -> list[Any]:
         return list(await conn.fetch(sql, owner, limit, lease_ms))
 
-    return [_claim_from_row(r) for r in await db.run(fn)]
+    rows = await db.run(fn)
+    claims = [_claim_from_row(r) for r in rows if r["project_id"] is not None]
+    first = rows[0] if rows else None
+    if first is None or first["next_due_ms"] is None:
+        return claims, None
+    return claims, int(first["next_due_ms"]) - int(first["now_ms"])
 
 
 class LeaseDeadlines:
@@ -100,7 +107,7 @@ class LeaseDeadlines:
         """Note ``claims``' deadline (now plus the lease, less the margin), just after their
         claim statement returned; forget deadlines already past."""
         now = trio.current_time()
-        deadline = now + lease_ms / 1000 - LEASE_MARGIN_S
+        deadline = retry_deadline_s(now, lease_ms)
         if self._deadlines:  # claims left to expire are never written here: forget them
             self._deadlines = {k: v for k, v in self._deadlines.items() if v > now}
         for c in claims:

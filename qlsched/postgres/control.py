@@ -111,10 +111,15 @@ async def pause(
 
 
 async def resume(
-    conn: Connection, ref: TriggerRef, *, catch_up: CatchUp, actor: str | None
+    conn: Connection,
+    ref: TriggerRef,
+    *,
+    catch_up: CatchUp,
+    actor: str | None,
+    note: str | None = None,
 ) -> ResumeOutcome:
     """Resume ``ref`` (one transaction): the cursor from the database time, the occurrences
-    inside the pause counted (``core.pause``)."""
+    inside the pause counted (``core.pause``). ``note`` goes on the audit row."""
     async with conn.transaction():
         row, now = await _locked(conn, ref)
         paused_at = row["paused_at_ms"]
@@ -131,11 +136,11 @@ async def resume(
                 catch_up=catch_up,
             )
             next_ms, catch_up_ms = plan.next_fire_at_ms, plan.catch_up_at_ms
-            inside, paused = plan.inside, plan.paused
+            inside, paused, decided_from = plan.inside, plan.paused, plan.decided_from_ms
         else:
             # Archived or disabled: nothing would have run, so nothing is counted; the next
             # publish that makes it active starts a new revision (and cursor) anyway.
-            next_ms, catch_up_ms, inside, paused = cursor, None, 0, 0
+            next_ms, catch_up_ms, inside, paused, decided_from = cursor, None, 0, 0, None
         await conn.execute(
             query("control_resume"),
             ref.project_id,
@@ -144,13 +149,14 @@ async def resume(
             catch_up_ms,
             paused,
             now,
+            decided_from,
         )
         action_id, _ = await record_action(
             conn,
             ref,
             revision=row["trigger_revision"],
             kind="resume",
-            note=None,
+            note=note,
             actor=actor,
             occurrences=paused,
             detail={

@@ -6,8 +6,8 @@ bracket) raises ``DsnError``, never a bare ``ValueError``.
 A password can sit in three places, and each is found by ``has_password`` and hidden by
 ``redact``: the URI's userinfo (``postgresql://u:PW@host``), its query string
 (``?password=PW``, also ``sslpassword=``), and a libpq key=value string
-(``password=PW`` or ``password='P W'``), which qlsched never connects with but may be
-handed by mistake.
+(``password=PW`` or ``password='P W'``), which ``as_uri`` turns into the same
+parameters in a URI's query string before anything connects.
 """
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Final
-from urllib.parse import SplitResult, parse_qs, parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import (
+    SplitResult,
+    parse_qs,
+    parse_qsl,
+    quote,
+    unquote,
+    urlencode,
+    urlsplit,
+    urlunsplit,
+)
 
 
 class DsnError(ValueError):
@@ -42,6 +51,56 @@ _SCHEME = re.compile(r"^(postgres(?:ql)?)://", re.IGNORECASE)
 _KEYWORD_VALUE = re.compile(r"""(\w+)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)""", re.DOTALL)
 
 
+# One libpq keyword=value pair: the value single-quoted (``\\'`` and ``\\\\`` inside) or bare
+# up to whitespace (backslash escapes too); pairs separated by whitespace.
+_PAIR = re.compile(r"""\s*(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)\s*""", re.DOTALL)
+KEYWORDS: Final = frozenset(
+    {
+        "host", "port", "dbname", "user", "password", "passfile", "service", "sslmode",
+        "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslpassword", "sslnegotiation",
+        "ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs",
+        "krbsrvname", "gsslib", "application_name",
+    }
+)  # fmt: skip
+"""The libpq keywords a keyword=value DSN may use: those the driver takes as URI query
+parameters (``hostaddr``, ``options`` or ``connect_timeout`` it would not honour)."""
+
+
+def as_uri(dsn: str) -> str:
+    """``dsn`` as a postgresql:// URI: libpq's keyword=value form (``host=/run/pg
+    dbname=qlsched user=qlsched_runtime``) becomes the same parameters in a query string
+    (``postgresql://?host=%2Frun%2Fpg&dbname=…``); anything else is returned unchanged.
+
+    Raises:
+        DsnError: a keyword=value string that is malformed or uses a keyword the driver
+            would not honour (named; the value never is).
+    """
+    if _SCHEME.match(dsn) is not None or "=" not in dsn or "://" in dsn:
+        return dsn
+    pairs: list[tuple[str, str]] = []
+    at = 0
+    while at < len(dsn):
+        m = _PAIR.match(dsn, at)
+        if m is None or m.end() == at:
+            if dsn[at:].strip():
+                raise DsnError(
+                    "the DSN is not valid: neither a postgresql:// URI nor libpq"
+                    f" keyword=value pairs (malformed at character {at + 1})"
+                )
+            break
+        key, value = m.group(1), m.group(2)
+        if key not in KEYWORDS:
+            raise DsnError(
+                f"the DSN is not valid: the libpq keyword {key} is not supported (host, port,"
+                " dbname, user, password, sslmode, service and the other ssl* keywords are)"
+            )
+        if value.startswith("'"):
+            value = value[1:-1]
+        pairs.append((key, re.sub(r"\\(.)", r"\1", value, flags=re.DOTALL)))
+        at = m.end()
+    return "postgresql://?" + urlencode(pairs, quote_via=quote)
+
+
 def _urlsplit(dsn: str) -> SplitResult:
     try:
         return urlsplit(dsn)
@@ -52,7 +111,10 @@ def _urlsplit(dsn: str) -> SplitResult:
 def _split(dsn: str) -> tuple[str, str, str, str, str]:
     parts = _urlsplit(dsn)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise DsnError("the DSN is not valid: it must be a postgresql:// URI")
+        raise DsnError(
+            "the DSN is not valid: it must be a postgresql:// URI or libpq keyword=value"
+            " pairs (host=... dbname=...)"
+        )
     return parts.scheme, parts.netloc, parts.path, parts.query, parts.fragment
 
 

@@ -21,18 +21,24 @@ from typing import Literal
 import msgspec
 
 from qlsched.core.config import ConfigError
-from qlsched.postgres.dsn import check_dsn, has_password, with_credentials, with_database
+from qlsched.postgres.dsn import (
+    as_uri,
+    check_dsn,
+    has_password,
+    with_credentials,
+    with_database,
+)
 from qlsched.postgres.errors import sqlstate
 from qlsched.postgres.migrate import (
     MIN_SERVER_VERSION,
     MigrateReport,
     MigrationError,
-    RoleTimeouts,
     migrate,
     server_facts,
 )
 from qlsched.postgres.pool import Connection, connect, connect_once
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts
 
 LOGIN_ROLES = (
     "qlsched_admin",
@@ -180,6 +186,7 @@ async def init_db(
     42710, 23505 on a catalog) means another run made it: the database is re-checked, the
     bootstrap (idempotent) is run again.
     """
+    superuser_dsn = as_uri(superuser_dsn)  # libpq's keyword=value form too
     check_dsn(superuser_dsn)
     check_database_name(database)
     environ = os.environ if env is None else env

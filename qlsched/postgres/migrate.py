@@ -19,20 +19,13 @@ from qlsched.migrations import Migration, read_migrations, shipped_schema
 from qlsched.postgres.catalog import record_reference
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.timeouts import RoleTimeouts, apply_role_timeouts
 
 MIN_SERVER_VERSION = 150000
 
 
 class MigrationError(RuntimeError):
     """The schema cannot be migrated; the message names the file or the cause."""
-
-
-class RoleTimeouts(msgspec.Struct, frozen=True):
-    """The runtime role's timeouts; each must stay below the lease (readiness checks)."""
-
-    idle_in_transaction_ms: int = 5_000
-    lock_timeout_ms: int = 2_000
-    statement_timeout_ms: int = 5_000
 
 
 class MigrateReport(msgspec.Struct, frozen=True):
@@ -76,12 +69,7 @@ async def server_facts(conn: Connection) -> tuple[int, bool, str]:
 async def bootstrap(conn: Connection, timeouts: RoleTimeouts) -> None:
     """Roles, hardening, schema and ledger (superuser, idempotent, inside one transaction)."""
     async with conn.transaction():
-        await conn.execute(
-            query("bootstrap_settings"),
-            str(timeouts.idle_in_transaction_ms),
-            str(timeouts.lock_timeout_ms),
-            str(timeouts.statement_timeout_ms),
-        )
+        await apply_role_timeouts(conn, timeouts)
         await conn.execute(bootstrap_sql())
 
 

@@ -36,7 +36,13 @@ import trio
 import trio_asyncio
 
 from qlsched.exception_groups import single_leaf
-from qlsched.postgres.dsn import DsnError, check_dsn, database_of, describe_dsn_rejection
+from qlsched.postgres.dsn import (
+    DsnError,
+    as_uri,
+    check_dsn,
+    database_of,
+    describe_dsn_rejection,
+)
 from qlsched.postgres.errors import (
     CallTimeout,
     DatabaseUnavailable,
@@ -304,6 +310,7 @@ async def open_database(
         DatabaseUnavailable: the first connection failed; the message names the class of
             problem (never the DSN, password or driver text).
     """
+    dsn = as_uri(dsn)  # libpq's keyword=value form too
     check_dsn(dsn)
     server_settings = {
         "application_name": application_name,
@@ -356,6 +363,7 @@ async def connect_once(
         DsnError: the DSN is malformed (checked before connecting).
         DatabaseUnavailable: the connection failed.
     """
+    dsn = as_uri(dsn)  # libpq's keyword=value form too
     check_dsn(dsn)
 
     async def call() -> T:

@@ -14,12 +14,13 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 from qlsched.core.control import ActionTotal
-from qlsched.core.store import ScheduleView
+from qlsched.core.store import FailingCounts, ScheduleView
 from qlsched.postgres import observe
 from qlsched.postgres.control import read_action_totals, with_controls
 from qlsched.postgres.pool import Connection, Database, open_database
 from qlsched.postgres.queries import query
 from qlsched.postgres.runs import with_outcomes
+from qlsched.postgres.status import STUCK_AFTER
 
 HTTP_POOL_SIZE: Final = 2
 ACQUIRE_TIMEOUT_S: Final = 0.25
@@ -59,6 +60,16 @@ class PostgresReader:
 
     async def action_totals(self) -> list[ActionTotal]:
         return await self._db.run(read_action_totals)
+
+    async def failing_counts(self) -> FailingCounts:
+        sql = query("failing_counts")
+
+        async def fn(conn: Connection) -> FailingCounts:
+            row = await conn.fetchrow(sql, STUCK_AFTER)
+            assert row is not None
+            return FailingCounts(**{k: int(v) for k, v in dict(row).items()})
+
+        return await self._db.run(fn)
 
 
 @asynccontextmanager

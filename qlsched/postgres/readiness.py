@@ -13,7 +13,10 @@ role with superuser/createrole/createdb/replication/bypassrls/inherit, no member
 either direction (no qlsched role in another role, no role in a qlsched role), EXECUTE kept
 from PUBLIC by default privileges, every SECURITY DEFINER function with a pinned
 search_path, and the runtime role's idle-in-transaction, lock and statement timeouts set
-and below the lease. Every finding is one line naming the object; the lifecycle never
+and below the lease; no setting that voids a promise (``promises``: synchronous_commit
+off, session_replication_role, search_path, default_transaction_read_only, a publication
+of a qlsched table, large objects open to PUBLIC, no observer statement_timeout). Every
+finding is one line naming the object; the lifecycle never
 starts while there is one.
 
 A role that may not read something (SQLSTATE 42501, e.g. the admin role and the ledger, or
@@ -47,6 +50,7 @@ from qlsched.postgres.migrate import (
     verify_ledger,
 )
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.promises import promise_findings
 from qlsched.postgres.queries import query
 
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -169,6 +173,45 @@ async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     if version_num < MIN_SERVER_VERSION:
         findings.append(f"PostgreSQL {version_num // 10000} is too old: 15 or newer is needed")
 
+    applied_names, expected = await _ledger(conn, role, pinned, findings)
+    async with _guard(findings, role, "the catalog (pg_catalog)"):
+        live, on_database = await read_shape(conn)
+        if expected is not None:
+            findings += compare(live, expected)
+        want = expected_database_grants(database)
+        findings += compare(grant_rows(on_database), grant_rows(want))
+
+    async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
+        for r in await conn.fetch(query("object_owners")):
+            findings.append(f"{r['object']} is owned by {r['owner']}, not qlsched_owner")
+
+    await _role_findings(conn, role, findings)
+
+    async with _guard(findings, role, "the default privileges (pg_default_acl)"):
+        if not await conn.fetchval(query("default_function_acl")):
+            findings.append("default privileges do not revoke EXECUTE on functions from PUBLIC")
+    async with _guard(findings, role, "the qlsched functions (pg_proc)"):
+        for r in await conn.fetch(query("unpinned_definer_functions")):
+            findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
+
+    await _runtime_settings(conn, role, lease_ms, findings)
+
+    async with _guard(findings, role, "the settings that keep the promises (pg_db_role_setting)"):
+        findings += await promise_findings(conn)
+
+    return Readiness(
+        ready=not findings,
+        findings=findings,
+        server_version=version_num,
+        applied=applied_names,
+    )
+
+
+async def _ledger(
+    conn: Connection, role: str, pinned: str | None, findings: list[str]
+) -> tuple[list[str], Shape | None]:
+    """The ledger against the shipped files, the capability, and the catalog reference the
+    live catalog is compared with (None when the ledger is not complete)."""
     files, bootstrap = load_migrations(), bootstrap_sql()
     applied_names: list[str] = []
     expected: Shape | None = None
@@ -196,18 +239,11 @@ async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
                     )
                 reading.what = "the catalog reference qlsched.catalog_reference"
                 expected = await _reference(conn, pinned, files, bootstrap, findings)
+    return applied_names, expected
 
-    async with _guard(findings, role, "the catalog (pg_catalog)"):
-        live, on_database = await read_shape(conn)
-        if expected is not None:
-            findings += compare(live, expected)
-        want = expected_database_grants(database)
-        findings += compare(grant_rows(on_database), grant_rows(want))
 
-    async with _guard(findings, role, "the owners of qlsched objects (pg_class)"):
-        for r in await conn.fetch(query("object_owners")):
-            findings.append(f"{r['object']} is owned by {r['owner']}, not qlsched_owner")
-
+async def _role_findings(conn: Connection, role: str, findings: list[str]) -> None:
+    """Each role's attributes and memberships as the bootstrap leaves them."""
     async with _guard(findings, role, "the role attributes (pg_roles)"):
         seen: set[str] = set()
         for r in await conn.fetch(query("role_attributes")):
@@ -234,13 +270,11 @@ async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
         for r in await conn.fetch(query("role_memberships")):
             findings.append(f"role {r['member']} is a member of {r['granted']}")
 
-    async with _guard(findings, role, "the default privileges (pg_default_acl)"):
-        if not await conn.fetchval(query("default_function_acl")):
-            findings.append("default privileges do not revoke EXECUTE on functions from PUBLIC")
-    async with _guard(findings, role, "the qlsched functions (pg_proc)"):
-        for r in await conn.fetch(query("unpinned_definer_functions")):
-            findings.append(f"SECURITY DEFINER function {r[0]} has no pinned search_path")
 
+async def _runtime_settings(
+    conn: Connection, role: str, lease_ms: int, findings: list[str]
+) -> None:
+    """The runtime role's timeouts: set, positive, and below the lease."""
     async with _guard(findings, role, "the runtime role's settings (pg_db_role_setting)"):
         settings: dict[str, str] = {}
         for r in await conn.fetch(query("runtime_settings")):
@@ -257,10 +291,3 @@ async def _check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
                 findings.append(
                     f"qlsched_runtime {name}={raw} is not below the lease ({lease_ms} ms)"
                 )
-
-    return Readiness(
-        ready=not findings,
-        findings=findings,
-        server_version=version_num,
-        applied=applied_names,
-    )

@@ -23,15 +23,17 @@ Authority: the database decides every fence and every refusal; this module repor
 from __future__ import annotations
 
 import random
-from typing import Any, Final
+from typing import Any
 
 import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.lease import retry_deadline_s
 from qlsched.core.requests import (
     BACKFILL_MAX_HARD_CAP,
+    REQUEST_FAILURES_MAX,
     NotRecorded,
     Recorded,
     RecordResult,
@@ -42,21 +44,19 @@ from qlsched.core.requests import (
     RequestCommitUnknown,
     RequestFailed,
     RequestFenceLost,
+    RequestHeld,
     RequestKind,
     RequestOutcome,
     RequestRefused,
     RequestWaiting,
     backfill_count,
+    first_occurrence,
 )
 from qlsched.postgres.claim import fence_from_row
 from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
-
-LEASE_MARGIN_S: Final = 0.5
-"""Retries stop this long before the request's lease would expire by this process's clock."""
-
 
 # --- recording (admin) ----------------------------------------------------------------------
 
@@ -81,19 +81,16 @@ async def _record(
         if not row["enabled"]:
             return NotRecorded(project_id, trigger_id, "trigger_disabled")
         total: int | None = None
+        first: int | None = None
         if span is not None:
             assert max_occurrences is not None
             if span[1] > row["now_ms"]:
                 return NotRecorded(project_id, trigger_id, "future")
-            total = backfill_count(
-                parse_cron(
-                    row["cron"],
-                    row["timezone"],
-                    dst_gap=row["dst_gap"],
-                    dst_fold=row["dst_fold"],
-                ),
-                *span,
+            cron = parse_cron(
+                row["cron"], row["timezone"], dst_gap=row["dst_gap"], dst_fold=row["dst_fold"]
             )
+            total = backfill_count(cron, *span)
+            first = first_occurrence(cron, span[0])
             if total > max_occurrences:
                 return NotRecorded(
                     project_id, trigger_id, "too_many", count=total, max=max_occurrences
@@ -110,6 +107,7 @@ async def _record(
             span[1] if span is not None else None,
             total,
             max_occurrences,
+            first,
         )
         assert inserted is not None
         detail: dict[str, Any] = {"request_id": str(inserted["request_id"])}
@@ -240,7 +238,7 @@ class PostgresRequestStore:
         fence; retried on serialization failure while the lease has room."""
         c = chunk.claim
         ids = (c.request_id, c.project_id, c.trigger_id)
-        deadline = trio.current_time() + (c.fence.expires_at_ms - c.claimed_at_ms) / 1000
+        deadline = retry_deadline_s(trio.current_time(), c.fence.expires_at_ms - c.claimed_at_ms)
         sql = query("request_admit")
         args = (
             c.request_id,
@@ -258,6 +256,7 @@ class PostgresRequestStore:
             chunk.keys,
             chunk.cursor_ms,
             chunk.done,
+            chunk.next_ms,
         )
 
         async def fn(conn: Connection) -> Any:
@@ -274,7 +273,7 @@ class PostgresRequestStore:
                 if (
                     kind is ErrorKind.RETRYABLE
                     and attempt <= self._retries
-                    and deadline - trio.current_time() > LEASE_MARGIN_S
+                    and deadline > trio.current_time()
                 ):
                     await trio.sleep(random.uniform(0.001, 0.004) * attempt)
                     continue
@@ -282,12 +281,17 @@ class PostgresRequestStore:
                     self._emit("request_commit_unknown", c, exception=type(exc).__name__)
                     return RequestCommitUnknown(*ids, exception=type(exc).__name__)
                 self._emit("request_failed", c, exception=type(exc).__name__, sqlstate=state)
+                refused = await self._note_failure(c, f"request_failed:{(state or 'none').lower()}")
+                if refused:
+                    return RequestRefused(*ids, reason="failed_repeatedly")
                 return RequestFailed(*ids, sqlstate=state, exception=type(exc).__name__)
             assert row is not None
             if not row["fenced"]:
                 return RequestFenceLost(*ids)
             if row["refused_reason"] is not None:
                 return RequestRefused(*ids, reason=row["refused_reason"])
+            if row["held"]:
+                return RequestHeld(*ids)
             if not row["bound_ok"] or (not chunk.occurrences and not chunk.done):
                 return RequestWaiting(*ids)
             inserted = int(row["inserted"])
@@ -297,6 +301,28 @@ class PostgresRequestStore:
                 already_admitted=len(chunk.occurrences) - inserted,
                 done=row["state"] == "done",
             )
+
+    async def _note_failure(self, c: RequestClaim, code: str) -> bool:
+        """Give a failed request's claim back at once and count the failure; True when
+        that refused it (``failed_repeatedly``). Best effort: if this fails too, the claim
+        expires as before and the next failure is counted instead."""
+        sql = query("request_note_failure")
+        f = c.fence
+
+        async def fn(conn: Connection) -> Any:
+            return await conn.fetchval(
+                sql, c.request_id, f.owner, f.token, f.version, REQUEST_FAILURES_MAX, code
+            )
+
+        try:
+            state = await self._claim_db.run(fn)
+        except Exception as exc:
+            self._emit("request_failure_uncounted", c, exception=type(exc).__name__)
+            return False
+        refused: bool = state == "refused"
+        if refused:
+            self._emit("request_refused", c, exception=code)
+        return refused
 
     def _emit(
         self,

@@ -18,11 +18,18 @@ from qlsched.postgres.queries import query
 
 
 async def end_claim(
-    db: Database, claim: Claim, done: Outcome, *, next_ms: int | None, skipped: int = 0
+    db: Database,
+    claim: Claim,
+    done: Outcome,
+    *,
+    next_ms: int | None,
+    skipped: int = 0,
+    failure: str | None = None,
 ) -> Outcome:
     """End ``claim`` without a Run: the cursor becomes ``next_ms`` (None: it stays, a
-    release), ``skipped`` adds to the row's count. ``done`` when the write landed, else the
-    outcome naming what refused it."""
+    release), ``skipped`` adds to the row's count, ``failure`` (a release only) names why
+    the claim is given back and counts it on the row. ``done`` when the write landed, else
+    the outcome naming what refused it."""
     sql = query("settle")
     f = claim.fence
 
@@ -41,6 +48,7 @@ async def end_claim(
             next_ms,
             skipped,
             claim.trigger_digest,
+            failure,
         )
 
     try:

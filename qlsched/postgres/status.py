@@ -8,6 +8,7 @@ schedule row), and every lag or lease left is computed against it. Every read is
 from __future__ import annotations
 
 import uuid
+from typing import Final
 
 import msgspec
 
@@ -52,10 +53,34 @@ class StatusRequest(msgspec.Struct, frozen=True):
     already_admitted: int
     """Occurrences whose key already had a Run (cron admitted them, or an earlier request)."""
     claim_owner: str | None
+    failures: int = 0
+    """Admits of it that failed in a row (refused ``failed_repeatedly`` at the bound)."""
+    last_failure: str | None = None
+    held: bool = False
+    """Pending for a paused trigger: it takes no claim slot and runs after resume."""
 
     @property
     def done(self) -> int:
         return self.admitted + self.already_admitted
+
+
+STUCK_AFTER: Final = 3
+"""Admits of one schedule row failing in a row before status, check and metrics call it stuck."""
+
+
+class FailingRow(msgspec.Struct, frozen=True):
+    """A schedule row whose last admits failed (each gave its claim back at once)."""
+
+    project_id: str
+    trigger_id: str
+    failures: int
+    last_failure: str | None
+    """The outcome and SQLSTATE, e.g. ``store_failed:23514``."""
+    last_failure_at_ms: int | None
+
+    @property
+    def stuck(self) -> bool:
+        return self.failures >= STUCK_AFTER
 
 
 class StatusReport(msgspec.Struct, frozen=True):
@@ -71,22 +96,55 @@ class StatusReport(msgspec.Struct, frozen=True):
     due_backlog_limit: int = DUE_BACKLOG_LIMIT
     requests: list[StatusRequest] = msgspec.field(default_factory=list)
     """The latest trigger-now and backfill requests, pending ones first."""
+    failing: list[FailingRow] = msgspec.field(default_factory=list)
+    """Rows whose last admits failed (``stuck`` from ``STUCK_AFTER`` in a row)."""
     runs_running: int = 0
     """Runs a worker holds now (counted up to ``runs.RUN_COUNT_LIMIT``)."""
     runs_failed: int = 0
     """Runs that ended failed (counted up to ``runs.RUN_COUNT_LIMIT``)."""
 
+    schedules_more: bool = False
+    """More schedule rows exist than ``schedules`` holds (``status --all`` shows them all)."""
 
-async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) -> StatusReport:
+
+async def failing_rows(conn: Connection, *, limit: int = 100) -> list[FailingRow]:
+    """Schedule rows whose last admits failed, in key order, at most ``limit``."""
+    return [FailingRow(**dict(r)) for r in await conn.fetch(query("status_failing"), limit)]
+
+
+STATUS_LIMIT = 1000
+"""The schedule rows ``status`` shows unless ``--all`` (``schedules_more`` says there are more)."""
+
+
+async def _all_schedules(conn: Connection, page: int) -> list[ScheduleRow]:
+    """Every schedule row, a keyset page at a time (each page as cheap as the first)."""
+    out: list[ScheduleRow] = []
+    after = ("", "")
+    while True:
+        rows = await conn.fetch(query("status_schedules_after"), *after, page)
+        out += await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
+        if len(rows) < page:
+            return out
+        after = (out[-1].project_id, out[-1].trigger_id)
+
+
+async def read_status(
+    conn: Connection, *, limit: int | None = STATUS_LIMIT, runs: int = 10
+) -> StatusReport:
+    """The report, with the first ``limit`` schedule rows (None: all of them)."""
     now_ms = int(await conn.fetchval(query("status_now_ms")))
-    rows = await conn.fetch(query("status_schedules"), limit)
-    schedules = await with_outcomes(
-        conn, await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows])
-    )
+    more = False
+    if limit is None:
+        schedules = await _all_schedules(conn, STATUS_LIMIT)
+    else:
+        rows = await conn.fetch(query("status_schedules"), limit + 1)
+        more = len(rows) > limit
+        schedules = await with_controls(conn, [ScheduleRow(**dict(r)) for r in rows[:limit]])
+    schedules = await with_outcomes(conn, schedules)
     running, failed = await run_state_counts(conn)
     backlog = await observe.due_backlog(conn)
     recent = [RecentRun(**dict(r)) for r in await conn.fetch(query("recent_runs"), runs)]
-    refused = await observe.refused_due_triggers(conn, limit=limit)
+    refused = await observe.refused_due_triggers(conn, limit=limit or STATUS_LIMIT)
     requests = [StatusRequest(**dict(r)) for r in await conn.fetch(query("status_requests"), runs)]
     return StatusReport(
         now_ms=now_ms,
@@ -97,6 +155,8 @@ async def read_status(conn: Connection, *, limit: int = 1000, runs: int = 10) ->
         due_backlog_capped=backlog.capped,
         due_backlog_limit=backlog.limit,
         requests=requests,
+        schedules_more=more,
+        failing=await failing_rows(conn),
         runs_running=running,
         runs_failed=failed,
     )

@@ -12,8 +12,18 @@ from collections.abc import Sequence
 
 from qlsched.core.diagnostics import DiagnosticSink
 from qlsched.core.fence import Claim, FireRequest
-from qlsched.core.outcomes import Initialize, Initialized, Outcome, Released, Skip, Skipped
-from qlsched.postgres.admit import ADMIT_SETTINGS, Admission
+from qlsched.core.outcomes import (
+    Initialize,
+    Initialized,
+    Outcome,
+    Released,
+    RetryExhausted,
+    Skip,
+    Skipped,
+    StoreFailed,
+    outcome_code,
+)
+from qlsched.postgres.admit import ADMIT_SETTINGS, TIMEOUT_CODES, Admission
 from qlsched.postgres.claim import CLAIM_SETTINGS, LeaseDeadlines, claim_rows
 from qlsched.postgres.pool import Database
 from qlsched.postgres.settle import end_claim
@@ -36,6 +46,9 @@ class PostgresStore:
         self._claim_db = claim_db
         self._admit_db = admit_db
         self._leases = LeaseDeadlines()
+        self.next_due_in_ms: int | None = None
+        """From the last claim to the next unclaimed row's due time (database ms; None:
+        none waiting): the lifecycle wakes for it when that is sooner than its cadence."""
         self._admission = Admission(admit_db, claim_db, self._leases, retries=retries, sink=sink)
 
     @property
@@ -49,15 +62,38 @@ class PostgresStore:
         return self._admission.ssi_retries
 
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
-        claims = await claim_rows(self._claim_db, owner, limit, lease_ms)
+        claims, self.next_due_in_ms = await claim_rows(self._claim_db, owner, limit, lease_ms)
         self._leases.record(claims, lease_ms)
         return claims
 
     async def admit(self, fires: Sequence[FireRequest]) -> list[Outcome]:
         try:
-            return await self._admission.admit(fires)
+            outcomes = await self._admission.admit(fires)
+            await self._give_back(fires, outcomes)
+            return outcomes
         finally:
             self._leases.forget([f.claim for f in fires])
+
+    async def _give_back(self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome]) -> None:
+        """Release at once, under their fence, the claims of Fires whose admit could not
+        commit (serialization retries spent, a server error), counting the failure on the row:
+        the next round may take them instead of waiting out a lease, and a row failing again
+        and again shows as stuck. Not after ``CommitUnknown``: the write may have landed, so
+        that claim is left to its lease and the next claimer's fence."""
+        for fire, outcome in zip(fires, outcomes, strict=False):
+            match outcome:
+                # A lock or statement timeout is left to the lease: the row is likely
+                # still locked, and a release would wait the same timeout again.
+                case RetryExhausted(sqlstate=state) if state not in TIMEOUT_CODES:
+                    code = f"{outcome_code(outcome)}:{(state or 'none').lower()}"
+                    done = Released(fire.claim.project_id, fire.claim.trigger_id)
+                    await end_claim(self._claim_db, fire.claim, done, next_ms=None, failure=code)
+                case StoreFailed(sqlstate=state):
+                    code = f"{outcome_code(outcome)}:{(state or 'none').lower()}"
+                    done = Released(fire.claim.project_id, fire.claim.trigger_id)
+                    await end_claim(self._claim_db, fire.claim, done, next_ms=None, failure=code)
+                case _:
+                    pass
 
     async def initialize(self, claim: Claim, decision: Initialize) -> Outcome:
         p, t, next_ms = claim.project_id, claim.trigger_id, decision.next_ms

@@ -54,6 +54,30 @@ def require_file(path: str) -> None:
         )
 
 
+FILE_MODE = 0o600
+"""A new Edge file's mode: task commands (tokens in them) are for its owner alone. SQLite
+gives the ``-wal`` and ``-shm`` files the database file's mode."""
+DIR_MODE = 0o700
+"""The mode of a directory ``edge publish`` creates for the file."""
+
+
+def create_private(path: str) -> None:
+    """Create the file at ``path`` (mode 0600) and its directory (0700) unless they exist,
+    before SQLite does with the umask's modes (0644 and 0755 on most systems). An existing
+    file or directory keeps its mode: an operator may have chosen it."""
+    parent = Path(path).parent
+    try:
+        if not parent.is_dir():
+            parent.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                parent.mkdir(mode=DIR_MODE)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, flags, FILE_MODE))
+    except OSError as exc:
+        raise EdgeError(f"{path}: cannot create the Edge file ({exc.strerror})") from None
+
+
 def connect(db: str, *, create: bool = False, query_only: bool = False) -> sqlite3.Connection:
     """Open ``db`` with ``synchronous=FULL`` and foreign keys on (WAL comes once the file is
     known to be an Edge file: ``open_checked``; a foreign file is never modified).
@@ -65,7 +89,7 @@ def connect(db: str, *, create: bool = False, query_only: bool = False) -> sqlit
     if not create:
         require_file(path)
     else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        create_private(path)
     try:
         conn = sqlite3.connect(
             _uri(db, create=create), uri=True, isolation_level=None, check_same_thread=False

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import msgspec
 
 from qlsched.core.store import ScheduleView
-from qlsched.sqlite.lock import lock_path
 from qlsched.sqlite.queries import query
 
 
@@ -32,27 +30,9 @@ class EdgeStatus(msgspec.Struct, frozen=True):
     recent_runs: list[RecentRun]
 
 
-def scheduler_pid(db_path: str) -> int | None:
-    """The pid the run lock's sidecar names, if that process is alive (a SIGKILLed holder
-    leaves its pid behind but not its lock; a dead pid is not reported)."""
-    try:
-        with open(lock_path(db_path), encoding="ascii", errors="replace") as fh:
-            text = fh.read().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
-
-
-def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[ScheduleView]:
+def schedule_views(
+    conn: sqlite3.Connection, now_ms: int, limit: int, after: tuple[str, str] | None = None
+) -> list[ScheduleView]:
     """The first ``limit`` schedule rows as status and ``/v1/schedules`` show them (an Edge
     file has no leases, so no claim holder)."""
     return [
@@ -74,15 +54,30 @@ def schedule_views(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[Sc
             dst_fold=r[11],
             jitter_ms=r[12],
             due_at_ms=r[13],
+            paused_at_ms=r[14],
+            pause_note=r[15],
+            paused_total=r[16],
         )
-        for r in conn.execute(query("schedules_list"), (limit,))
+        for r in (
+            conn.execute(query("schedules_list"), (limit,))
+            if after is None
+            else conn.execute(query("schedules_list_after"), (*after, limit))
+        )
     ]
 
 
 def read_status(
-    conn: sqlite3.Connection, path: str, now_ms: int, *, limit: int = 1000, recent: int = 10
+    conn: sqlite3.Connection,
+    path: str,
+    now_ms: int,
+    *,
+    scheduler_pid: int | None = None,
+    limit: int = 1000,
+    recent: int = 10,
 ) -> EdgeStatus:
-    """Blocking: one read transaction, so the figures are one snapshot of the file."""
+    """Blocking: one read transaction, so the figures are one snapshot of the file. The
+    runner's pid is the caller's to find (the run lock is the Edge runtime's, not the
+    store's: ``qlsched.edge.lock.holder_pid``)."""
     conn.execute(query("begin_read"))
     try:
         schedules = schedule_views(conn, now_ms, limit)
@@ -94,7 +89,7 @@ def read_status(
     return EdgeStatus(
         path=path,
         now_ms=now_ms,
-        scheduler_pid=scheduler_pid(path),
+        scheduler_pid=scheduler_pid,
         due_backlog=backlog,
         runs_total=total,
         schedules=schedules,

@@ -44,14 +44,11 @@ from qlsched.core.outcomes import (
     StoreFailed,
 )
 from qlsched.core.specs import EXECUTOR
-from qlsched.core.store import ScheduleView
+from qlsched.core.store import ScheduleView, Settle
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
 from qlsched.sqlite.queries import query
 from qlsched.sqlite.status import schedule_views
-
-Settle = tuple[Claim, Initialize | Skip]
-"""A decision that moves the cursor without a Run."""
 
 
 def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
@@ -65,10 +62,12 @@ def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
         return RevisionChanged(p, t, part="trigger")
     if project_state != "active":
         return Inactive(p, t, reason="project_archived")
-    if not enabled or not active:
+    if not enabled:
         return Inactive(p, t, reason="trigger_disabled")
     if state_version != claim.state_version:
-        return FenceLost(p, t, part="state")
+        return FenceLost(p, t, part="state")  # a round, a publish or a pause wrote it since
+    if not active:
+        return Inactive(p, t, reason="trigger_disabled")
     if cursor != claim.cursor_ms:
         return RevisionChanged(p, t, part="cursor")
     return FenceLost(p, t, part="state")
@@ -393,5 +392,15 @@ class SqliteStore:
     async def list_schedules(self, limit: int = 1000) -> list[ScheduleView]:
         def read(conn: sqlite3.Connection) -> list[ScheduleView]:
             return schedule_views(conn, self._db.clock(), limit)
+
+        return await self._db.call(read)
+
+    async def list_schedules_after(
+        self, after: tuple[str, str], limit: int = 1000
+    ) -> list[ScheduleView]:
+        """The rows after key ``after`` = (project, trigger) in key order (keyset pages)."""
+
+        def read(conn: sqlite3.Connection) -> list[ScheduleView]:
+            return schedule_views(conn, self._db.clock(), limit, after)
 
         return await self._db.call(read)

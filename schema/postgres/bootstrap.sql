@@ -9,6 +9,7 @@
 DO $bootstrap$
 DECLARE
     r text;
+    f pg_catalog.regprocedure;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'qlsched_owner') THEN
         CREATE ROLE qlsched_owner NOLOGIN;
@@ -34,6 +35,8 @@ BEGIN
         pg_catalog.current_setting('qlsched.lock_timeout_ms') || 'ms');
     EXECUTE pg_catalog.format('ALTER ROLE qlsched_runtime SET statement_timeout = %L',
         pg_catalog.current_setting('qlsched.statement_timeout_ms') || 'ms');
+    -- The observer's reads (status, dashboards) are bounded; a runaway one must end too.
+    ALTER ROLE qlsched_observer SET statement_timeout = '30s';
 
     -- Database: no PUBLIC access; CONNECT only for the LOGIN roles that need it.
     EXECUTE pg_catalog.format('REVOKE ALL ON DATABASE %I FROM PUBLIC', pg_catalog.current_database());
@@ -44,6 +47,13 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'public') THEN
         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
     END IF;
+    -- Large objects live outside every grant: with EXECUTE left to PUBLIC, any role that
+    -- may connect could store data with lo_from_bytea. No qlsched role uses them.
+    FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
+              WHERE p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace
+                AND (p.proname LIKE 'lo\_%' OR p.proname IN ('loread', 'lowrite')) LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
 END
 $bootstrap$;
 

@@ -76,6 +76,14 @@ class StoreHarness(Protocol):
         """Publish a new trigger (its project active, created if missing): cursor NULL."""
         ...
 
+    async def pause(self, project_id: str, trigger_id: str) -> None:
+        """Pause the trigger as ``pause`` / ``edge pause`` do (no note, no actor)."""
+        ...
+
+    async def resume(self, project_id: str, trigger_id: str) -> None:
+        """Resume it with catch-up ``skip`` as ``resume`` / ``edge resume`` do."""
+        ...
+
     async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
         """Publish a new revision: cursor and claim cleared, state and claim versions + 1."""
         ...

@@ -53,6 +53,12 @@ class MemoryHarness:
             jitter_ms=jitter_ms,
         )
 
+    async def pause(self, project_id: str, trigger_id: str) -> None:
+        self._memory.pause(project_id, trigger_id)
+
+    async def resume(self, project_id: str, trigger_id: str) -> None:
+        self._memory.resume(project_id, trigger_id)
+
     async def republish(self, project_id: str, trigger_id: str, cron: str) -> None:
         self._memory.republish(project_id, trigger_id, cron=cron)
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from qlsched.core.control import TriggerRef
 from qlsched.core.specs import PublishFile
+from qlsched.postgres import control
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.reader import PostgresReader
@@ -48,6 +50,18 @@ class PgHarness(PublishingHarness):
             return await conn.fetch(sql, *args)
 
         return await connect_once(self.db.superuser_dsn, fn)
+
+    async def pause(self, project_id: str, trigger_id: str) -> None:
+        ref = TriggerRef(project_id, trigger_id)
+        await connect_once(
+            self.db.admin_dsn, lambda conn: control.pause(conn, ref, note=None, actor=None)
+        )
+
+    async def resume(self, project_id: str, trigger_id: str) -> None:
+        ref = TriggerRef(project_id, trigger_id)
+        await connect_once(
+            self.db.admin_dsn, lambda conn: control.resume(conn, ref, catch_up="skip", actor=None)
+        )
 
     async def now_ms(self) -> int:
         rows = await self._su("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms")

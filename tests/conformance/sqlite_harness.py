@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from qlsched.core.control import TriggerRef
 from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.specs import PublishFile
+from qlsched.sqlite import control
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
 from qlsched.sqlite.store import SqliteStore
@@ -66,6 +68,18 @@ class SqliteHarness(PublishingHarness):
 
     async def _publish_file(self, spec: PublishFile) -> None:
         await self.db.call(lambda conn: publish(conn, spec, self.db.clock()))
+
+    async def pause(self, project_id: str, trigger_id: str) -> None:
+        ref = TriggerRef(project_id, trigger_id)
+        await self.db.call(
+            lambda conn: control.pause(conn, ref, self.db.clock(), note=None, actor=None)
+        )
+
+    async def resume(self, project_id: str, trigger_id: str) -> None:
+        ref = TriggerRef(project_id, trigger_id)
+        await self.db.call(
+            lambda conn: control.resume(conn, ref, self.db.clock(), catch_up="skip", actor=None)
+        )
 
     async def now_ms(self) -> int:
         return self.db.clock()

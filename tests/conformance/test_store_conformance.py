@@ -567,3 +567,36 @@ async def test_jitter_zero_is_due_at_the_cursor(harness: StoreHarness) -> None:
 
     assert claim.jitter_ms == 0
     assert claim.jitter is None
+
+
+# --- schedule control: pause and resume (both profiles, issue #32) ---------------------------
+
+
+async def test_a_paused_row_is_not_claimed_until_resumed(harness: StoreHarness) -> None:
+    """A paused trigger is not claimed however due it is; after a ``skip`` resume it is
+    claimed again, at a cursor after the resume (what fell inside the pause never runs)."""
+    await add_due(harness, "p", "t", 5 * MINUTE_MS)
+    await harness.pause("p", "t")
+
+    assert await harness.store.claim("r1", 10, LEASE_MS) == []
+
+    await harness.resume("p", "t")
+    resumed_at = await harness.now_ms()
+    row = await harness.schedule("p", "t")
+    assert row.next_fire_at_ms is not None
+    assert row.next_fire_at_ms > resumed_at - 1_000
+    await harness.set_cursor("p", "t", row.next_fire_at_ms - MINUTE_MS)  # due again
+    assert keys_of(await harness.store.claim("r1", 10, LEASE_MS)) == [("p", "t")]
+
+
+async def test_a_claim_taken_before_the_pause_admits_nothing(harness: StoreHarness) -> None:
+    """Nothing of a paused trigger is admitted after the pause: a claim taken just before
+    it is refused at admit (its fence lost), and no Run exists."""
+    await add_due(harness, "p", "t", 1_000)
+    [claim] = await harness.store.claim("r1", 10, LEASE_MS)
+    await harness.pause("p", "t")
+
+    [outcome] = await harness.store.admit([fire_for(claim)])
+
+    assert isinstance(outcome, FenceLost), outcome
+    assert await harness.runs() == []

@@ -6,7 +6,8 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.abc import Traversable
 from pathlib import Path
@@ -106,6 +107,28 @@ def wait_ready(proc: subprocess.Popen[str]) -> str:
         seen += line
         if "scheduling" in line:
             return seen
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "") -> None:
+    """Call ``check`` every 50 ms until it is true; fail after ``timeout_s`` naming ``what``.
+
+    Tests wait on the condition they need (Runs written, a cursor moved), never a fixed
+    sleep: a slow machine then only waits longer instead of failing."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}")
+        time.sleep(0.05)
+
+
+def runs_of(db: Path, triggers: tuple[str, ...]) -> Callable[[], bool]:
+    """A check: each trigger named has at least one Run in the file."""
+
+    def check() -> bool:
+        found = {str(r[0]) for r in read(db, "SELECT DISTINCT trigger_id FROM runs")}
+        return set(triggers) <= found
+
+    return check
 
 
 def read(db: Path, sql: str) -> list[tuple[object, ...]]:

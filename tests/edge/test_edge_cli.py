@@ -94,7 +94,6 @@ def test_run_rejects_bad_options(
     one_line_error(err)
     assert message in err
     assert not db.exists()
-    assert not Path(str(db) + ".run-lock").exists()
 
 
 def test_default_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

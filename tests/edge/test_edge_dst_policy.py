@@ -7,6 +7,7 @@ The Edge clock is injected, so these rounds run at chosen instants of a real New
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -15,12 +16,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from qlsched.commands.edge_status import render
+from qlsched.commands.edge.status import render
 from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import PublishResult, publish
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.status import read_status
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import OLD_EXECUTION, clocked_edge, file_before, read
@@ -149,12 +150,14 @@ async def test_prune_and_repin_keep_the_policy(edge: tuple[EdgeDatabase, list[in
 async def test_edge_status_names_a_non_default_policy(
     edge: tuple[EdgeDatabase, list[int]],
 ) -> None:
-    """Rule: ``edge status`` ends a trigger's line with its policy when it is not the
-    default, and its JSON rows carry both fields."""
+    """Rule: ``edge status`` names a trigger's policy beside its zone (``status``'s table)
+    when it is not the default, and its JSON rows carry both fields."""
     db, now = edge
     await _publish(db, now, spec_file("skip", "first"))
     report = await db.call(lambda conn: read_status(conn, db.path, now[0]))
-    [line] = [line for line in render(report).splitlines() if line.startswith("p/g")]
-    assert line.endswith("  dst_gap=skip")
+    out = io.StringIO()
+    render(report, out)
+    [line] = [line for line in out.getvalue().splitlines() if line.startswith("p/")]
+    assert "dst_gap=skip" in line.split()
     [row] = report.schedules
     assert (row.dst_gap, row.dst_fold) == ("skip", "first")

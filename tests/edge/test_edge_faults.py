@@ -20,10 +20,10 @@ import pytest
 import trio
 
 from qlsched.cli import main
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite import database
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.errors import EdgeDatabaseError
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import (
     ACCOUNTING,
@@ -34,10 +34,23 @@ from tests.edge.support import (
     read,
     start_run,
     wait_ready,
+    wait_until,
 )
 from tests.support.memory_sink import MemorySink
 
 KILLS = 22
+
+
+CAUGHT_UP = """
+SELECT count(*) FROM trigger_schedules AS s
+ WHERE s.next_fire_at_ms > {ready_ms}
+   AND EXISTS (SELECT 1 FROM runs AS r WHERE r.trigger_id = s.trigger_id)
+"""
+
+
+def run_count(db: Path) -> int:
+    [(count,)] = read(db, "SELECT count(*) FROM runs")
+    return int(str(count))
 
 
 @pytest.mark.slow
@@ -51,9 +64,17 @@ def test_sigkill_during_a_burst_loses_and_duplicates_nothing(tmp_path: Path) -> 
     assert qlsched("edge", "publish", str(toml), "--db", str(db)).returncode == 0
     rng = random.Random(19)
     for _ in range(KILLS):
+        [(before,)] = read(db, "SELECT count(*) FROM runs")
         proc = start_run(db, "--cadence-ms", "50", "--claim-budget", "64")
         wait_ready(proc)
-        time.sleep(rng.uniform(0.02, 0.6))
+        # Killed once it has admitted a random number of Runs (a moment inside the burst,
+        # reached by condition whatever the machine's speed).
+        wanted = int(str(before)) + rng.randint(1, 300)
+
+        def enough(n: int = wanted) -> bool:
+            return run_count(db) >= n
+
+        wait_until(enough, what=f"{wanted} Runs")
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
         for stream in (proc.stdout, proc.stderr):
@@ -62,7 +83,11 @@ def test_sigkill_during_a_burst_loses_and_duplicates_nothing(tmp_path: Path) -> 
     [(killed_runs,)] = read(db, "SELECT count(*) FROM runs")
     final = start_run(db, "--cadence-ms", "50", "--claim-budget", "64")
     wait_ready(final)
-    time.sleep(2.5)
+    ready_ms = int(time.time() * 1000)
+    wait_until(
+        lambda: read(db, CAUGHT_UP.format(ready_ms=ready_ms)) == [(300,)],
+        what="every trigger with a Run and its cursor past the final run's start",
+    )
     final.send_signal(signal.SIGTERM)
     assert final.wait(timeout=30) == 0
     for stream in (final.stdout, final.stderr):

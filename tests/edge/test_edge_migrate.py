@@ -162,6 +162,7 @@ SHARED_TABLES = (
     "runs",
     "attempts",
     "run_events",
+    "schedule_actions",
 )
 
 
@@ -183,9 +184,9 @@ def _postgres_columns() -> dict[str, set[str]]:
 
 def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
     """Every table the audit reads exists in the Edge file under its PostgreSQL name, and
-    each of its columns is a column of the PostgreSQL table (only the lease, the schedule
-    control and the pinned jitter columns are absent), so the same audit queries run on
-    both profiles."""
+    each of its columns is a column of the PostgreSQL table (only the lease, the pinned
+    jitter and the accounting and failure columns are absent), so the same audit queries run
+    on both profiles."""
     db = published(tmp_path)
     postgres = _postgres_columns()
     for table in SHARED_TABLES:
@@ -193,13 +194,21 @@ def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
         assert edge, table
         assert edge <= postgres[table], (table, sorted(edge - postgres[table]))
     lease = {"claim_owner", "claim_token", "claim_version", "claim_expires_at_ms"}
-    # The Edge profile has no schedule control (pause, resume): a cluster feature.
-    control = {"paused_at_ms", "pause_note", "paused_total", "catch_up_at_ms"}
     # PostgreSQL pins the revision's jitter on the row for its generated due time; the Edge
     # round reads it from the trigger row of the same revision and writes the due time.
     pinned = {"jitter_ms"}
+    # The accounting window and the failure counters serve the cluster's requests and its
+    # give-back of claims; one Edge runner has neither.
+    accounting = {
+        "decided_from_ms",
+        "already_admitted_total",
+        "backfilled_total",
+        "failures",
+        "last_failure",
+        "last_failure_at_ms",
+    }
     assert (
         postgres["trigger_schedules"]
         - {str(r[1]) for r in read(db, "PRAGMA table_info(trigger_schedules)")}
-        == lease | control | pinned
+        == lease | pinned | accounting
     )

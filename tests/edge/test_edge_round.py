@@ -5,6 +5,7 @@ endpoint serves health, readiness and metrics without hypercorn."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,10 +19,11 @@ from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.edge.http import open_http_listeners, serve_http
+from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
+from qlsched.metrics import Metrics
 from qlsched.sqlite.database import EdgeDatabase
-from qlsched.sqlite.http import open_http_listeners, serve_http
 from qlsched.sqlite.publish import publish
-from qlsched.sqlite.scheduler import EdgeScheduler, EdgeSettings
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import AUDIT_BAD_RUNS, clocked_edge, read
 from tests.support.memory_sink import MemorySink
@@ -92,7 +94,7 @@ async def test_round_counts_as_core_decides(
         Path(db.path), "SELECT trigger_id, scheduled_for_ms, idempotency_key FROM runs"
     ) == [("late-once", c, idempotency_key("late-once", 1, c))]
     assert read(Path(db.path), AUDIT_BAD_RUNS) == []
-    assert scheduler.metrics.skipped_occurrences == skip.skipped
+    assert scheduler.metrics.summary_counts()["skipped"] == skip.skipped
 
 
 async def test_a_refused_write_leaves_the_rest_of_the_round(
@@ -137,17 +139,19 @@ async def get(address: tuple[str, int], path: str) -> tuple[int, str]:
 
 async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]]) -> None:
     """/healthz is 200; /readyz is 503 until rounds run and 200 while they do; /metrics has
-    the outcome counters and the backlog; other paths are 404."""
+    the cluster's outcome counters and backlog under the same names, the target marked
+    ``profile="edge"``; other paths are 404."""
     db, now = edge
     await db.call(lambda conn: publish(conn, spec_file(trigger("t", "skip")), now[0]))
-    scheduler = EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink())
+    metrics = Metrics(profile="edge")
+    scheduler = EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink(), metrics)
     listeners = await open_http_listeners("127.0.0.1", 0)
     address = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_http, scheduler, listeners)
+        nursery.start_soon(serve_http, scheduler, metrics, listeners)
         assert await get(address, "/healthz") == (200, "ok\n")
         assert (await get(address, "/readyz"))[0] == 503
-        assert "qlsched_edge_backlog 1" in (await get(address, "/metrics"))[1]
+        assert "qlsched_due_backlog 1.0" in (await get(address, "/metrics"))[1]
         await scheduler.run_round()
         stop = trio.Event()
         async with trio.open_nursery() as rounds:
@@ -156,9 +160,48 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
             stop.set()
         assert (await get(address, "/readyz"))[0] == 503
         metrics = (await get(address, "/metrics"))[1]
-        assert 'qlsched_edge_outcomes_total{outcome="initialized"} 1' in metrics
-        assert "qlsched_edge_backlog 0" in metrics
+        # The cluster's families and names; the profile is the target's info.
+        assert 'qlsched_outcomes_total{code="initialized"} 1.0' in metrics
+        assert "qlsched_due_backlog 0.0" in metrics
+        assert 'target_info{profile="edge"} 1.0' in metrics
+        assert "qlsched_edge_" not in metrics
+        # The backlog is read again once the last reading is METRICS_TTL_S old.
+        with trio.fail_after(10):
+            while True:
+                if "qlsched_due_backlog 0.0" in (await get(address, "/metrics"))[1]:
+                    break
+                await trio.sleep(0.05)
         assert (await get(address, "/nope"))[0] == 404
+        nursery.cancel_scope.cancel()
+
+
+async def test_v1_schedules_pages_by_key(edge: tuple[EdgeDatabase, list[int]]) -> None:
+    """``/v1/schedules`` is the cluster's: the rows as JSON in key order, a full page with
+    ``next_cursor`` whose ``?cursor=`` gives the next page, every row seen once; a bad limit
+    or cursor is 400."""
+    db, now = edge
+    ids = [f"t{i}" for i in range(5)]
+    await db.call(lambda conn: publish(conn, spec_file(*(trigger(t, "skip") for t in ids)), now[0]))
+    metrics = Metrics(profile="edge")
+    scheduler = EdgeScheduler(SqliteStore(db), EdgeSettings(), MemorySink(), metrics)
+    listeners = await open_http_listeners("127.0.0.1", 0)
+    address = listeners[0].socket.getsockname()[:2]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http, scheduler, metrics, listeners)
+        seen: list[str] = []
+        path = "/v1/schedules?limit=2"
+        while True:
+            status, body = await get(address, path)
+            assert status == 200, body
+            page = json.loads(body)
+            seen += [s["trigger_id"] for s in page["schedules"]]
+            assert all(s["claim_owner"] is None for s in page["schedules"])
+            if page["next_cursor"] is None:
+                break
+            path = f"/v1/schedules?limit=2&cursor={page['next_cursor']}"
+        assert seen == ids
+        assert (await get(address, "/v1/schedules?limit=0"))[0] == 400
+        assert (await get(address, "/v1/schedules?cursor=nope"))[0] == 400
         nursery.cancel_scope.cancel()
 
 

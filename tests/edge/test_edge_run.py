@@ -5,6 +5,7 @@ SIGTERM stops it cleanly, and it loads nothing of the PostgreSQL or cluster path
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,8 +20,10 @@ from tests.edge.support import (
     publish_file,
     qlsched,
     read,
+    runs_of,
     start_run,
     wait_ready,
+    wait_until,
 )
 
 pytestmark = pytest.mark.slow
@@ -62,7 +65,7 @@ def test_one_run_per_file_and_publish_beside_it(tmp_path: Path) -> None:
             "edge", "publish", str(publish_file(tmp_path / "b.toml", 4)), "--db", str(db)
         )
         assert more.returncode == 0, more.stderr
-        time.sleep(2.5)
+        wait_until(runs_of(db, ("t000002", "t000003")), what="Runs of the new triggers")
         status = qlsched("edge", "status", "--db", str(db), "--json")
         assert status.returncode == 0, status.stderr
         report = json.loads(status.stdout)
@@ -74,6 +77,54 @@ def test_one_run_per_file_and_publish_beside_it(tmp_path: Path) -> None:
     assert code == 0
     assert read(db, AUDIT_BAD_RUNS) == []
     assert {r[0] for r in read(db, "SELECT trigger_id FROM runs")} >= {"t000002", "t000003"}
+
+
+@pytest.mark.parametrize("alias", ["symlink", "hardlink", "relative"])
+def test_one_run_per_file_whatever_its_name(tmp_path: Path, alias: str) -> None:
+    """The run lock names the file, not the path typed (issue #26 item 5): a second
+    ``edge run`` through a symlink, a second hard link or a relative path to a file an
+    ``edge run`` holds is refused (exit 1, naming the holder's pid), and ``edge status``
+    through that other name reports the same holder."""
+    db = tmp_path / "edge.sqlite3"
+    assert (
+        qlsched(
+            "edge", "publish", str(publish_file(tmp_path / "a.toml", 1)), "--db", str(db)
+        ).returncode
+        == 0
+    )
+    other = tmp_path / "elsewhere" / "other.sqlite3"
+    other.parent.mkdir()
+    if alias == "symlink":
+        other.symlink_to(db)
+    elif alias == "hardlink":
+        os.link(db, other)
+    else:
+        other = Path(os.path.relpath(db))
+    holder = start_run(db, "--cadence-ms", "100")
+    try:
+        wait_ready(holder)
+        second = start_run(other, "--cadence-ms", "100")
+        try:
+            _, err = second.communicate(timeout=30)
+        finally:
+            if second.poll() is None:  # a second scheduler started: the failure shown
+                second.kill()
+                second.communicate()
+        assert second.returncode == 1, err
+        assert f"(pid {holder.pid})" in err
+        assert "one scheduler per file" in err
+        assert "Traceback" not in err
+        status = qlsched("edge", "status", "--db", str(other), "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["scheduler_pid"] == holder.pid
+    finally:
+        assert stop(holder) == 0
+    # Released with its holder: the other name now starts a scheduler.
+    again = start_run(other)
+    try:
+        wait_ready(again)
+    finally:
+        assert stop(again) == 0
 
 
 def test_sigkill_leaves_no_lock(tmp_path: Path) -> None:
@@ -103,7 +154,6 @@ FORBIDDEN = (
     "asyncpg",
     "trio_asyncio",
     "hypercorn",
-    "prometheus_client",
     "qlsched.postgres",
     "qlsched.embedded",
     "qlsched.cluster",
@@ -116,8 +166,10 @@ FORBIDDEN = (
 @pytest.mark.parametrize("http", [False, True], ids=["plain", "http"])
 def test_edge_run_loads_no_cluster_code(tmp_path: Path, http: bool) -> None:
     """``edge run`` (with or without --http) in a fresh interpreter admits Runs and, at its
-    end, has loaded no asyncpg, trio-asyncio, hypercorn, prometheus-client, nor anything of
-    qlsched.postgres, qlsched.embedded, qlsched.cluster or the tools."""
+    end, has loaded no asyncpg, trio-asyncio, hypercorn, nor anything of qlsched.postgres,
+    qlsched.embedded, qlsched.cluster or the tools. Without --http it loads neither
+    prometheus-client nor rich either (the metrics library only serves a /metrics, and the
+    memory budget is measured without one); with --http it loads the shared metrics."""
     db = tmp_path / "edge.sqlite3"
     qlsched("edge", "publish", str(publish_file(tmp_path / "a.toml", 3)), "--db", str(db))
     out = tmp_path / "modules.json"
@@ -135,10 +187,12 @@ def test_edge_run_loads_no_cluster_code(tmp_path: Path, http: bool) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["code"] == 0, result.stderr
+    forbidden = FORBIDDEN if http else (*FORBIDDEN, "prometheus_client", "rich")
     loaded = [
-        m for m in report["modules"] if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)
+        m for m in report["modules"] if any(m == f or m.startswith(f + ".") for f in forbidden)
     ]
     assert loaded == []
+    assert ("qlsched.metrics" in report["modules"]) == http
     assert "qlsched.sqlite.store" in report["modules"]
     assert read(db, "SELECT count(*) > 0 FROM runs") == [(1,)]
 
@@ -154,8 +208,9 @@ print(json.dumps(sorted(sys.modules)))
 
 def test_sqlite_package_sits_on_core_only() -> None:
     """Layering: every module of ``qlsched.sqlite`` imports only ``qlsched.core`` and the
-    neutral file readers ``qlsched.migrations`` and ``qlsched.sql_blocks`` of the package
-    (no commands, no cli, nothing of the cluster path)."""
+    neutral file readers ``qlsched.migrations`` and ``qlsched.sql_blocks`` of the package,
+    and the neutral ``qlsched.http_limits`` (no commands, no cli, nothing of the cluster
+    path)."""
     result = subprocess.run(
         [sys.executable, "-c", LAYERS],
         capture_output=True,
@@ -166,5 +221,36 @@ def test_sqlite_package_sits_on_core_only() -> None:
     )
     assert result.returncode == 0, result.stderr
     ours = [m for m in json.loads(result.stdout) if m.startswith("qlsched.")]
-    neutral = ("qlsched.core", "qlsched.sqlite", "qlsched.migrations", "qlsched.sql_blocks")
+    neutral = (
+        "qlsched.core",
+        "qlsched.sqlite",
+        "qlsched.migrations",
+        "qlsched.sql_blocks",
+        "qlsched.http_limits",
+    )
     assert all(m.startswith(neutral) for m in ours), ours
+
+
+def test_edge_run_prints_the_summary_line(tmp_path: Path) -> None:
+    """``edge run --summary SECONDS`` prints ``run``'s one-line summary (rounds, claims,
+    admits, mean lag, admits since start) at that interval, from the shared engine's
+    counters; a bad interval is one line and exit 2."""
+    db = tmp_path / "edge.sqlite3"
+    qlsched("edge", "publish", str(publish_file(tmp_path / "a.toml", 2)), "--db", str(db))
+    proc = start_run(db, "--cadence-ms", "100", "--summary", "0.3")
+    try:
+        wait_ready(proc)
+        assert proc.stderr is not None
+        lines = []
+        while len(lines) < 4:
+            line = proc.stderr.readline()
+            assert line, "edge run ended before its summaries"
+            if "last 0.3s:" in line:
+                lines.append(line)
+    finally:
+        assert stop(proc) == 0
+    assert all("rounds" in line and "admitted since start" in line for line in lines)
+    assert any(" 0 admitted since start" not in line for line in lines)
+    bad = qlsched("edge", "run", "--db", str(db), "--summary", "soon")
+    assert bad.returncode == 2
+    assert "summary: expected seconds" in bad.stderr

@@ -23,8 +23,8 @@ import trio_asyncio
 
 from qlsched.embedded import EmbeddedPostgres
 from qlsched.postgres.initdb import init_db
-from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Database
+from qlsched.postgres.timeouts import RoleTimeouts
 from tests.support.faults import (
     Baseline,
     GateDb,

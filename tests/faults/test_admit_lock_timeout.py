@@ -33,7 +33,7 @@ from tests.support.faults import (
 )
 from tests.support.memory_sink import MemorySink
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIGGERS = 12
 ADMIT_TABLES = ["runs", "attempts", "run_events", "trigger_schedules"]

@@ -32,7 +32,7 @@ from tests.support.faults import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pgproxy import PgProxy, unix_socket_path
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 OUTAGE_S = 8.0
 POOLS = 2

@@ -21,7 +21,7 @@ import trio_asyncio
 from qlsched.embedded import open_embedded
 from tests.support.faults import create_gate_db, every_second_triggers, publish_triggers
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 OUTAGE_S = 5.0

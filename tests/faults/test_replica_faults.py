@@ -19,7 +19,7 @@ import dataclasses
 import os
 import random
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ from tests.support.faults import (
 )
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIGGERS = 6
 FAST_CADENCE_MS = 100
@@ -378,14 +378,33 @@ async def test_postgres_immediate_restart_under_load(
         async with running_replicas(replicas):
             await wait_lag_below(gate.su)
             runs_before = await fetchval(gate.su, "SELECT count(*) FROM qlsched.runs")
+            before = [await scrape_metrics(r.http_port or 0) for r in replicas]
             await trio.to_thread.run_sync(server.stop, "immediate")
-            await trio.sleep(1.0)
+
+            async def outage_seen() -> bool:
+                """A replica has failed a round since the stop (the outage reached them)."""
+                now = [await scrape_metrics(r.http_port or 0) for r in replicas]
+                return any(
+                    b["qlsched_round_failures_total"] > a["qlsched_round_failures_total"]
+                    for a, b in zip(before, now, strict=True)
+                )
+
+            await poll(outage_seen, timeout_s=30, interval_s=0.1)
             await trio.to_thread.run_sync(server.start)
             async with open_su(gate.db.superuser_dsn) as su:
                 recovery = await wait_lag_below(su)
                 first = [await scrape_metrics(r.http_port or 0) for r in replicas]
-                await trio.sleep(1.5)
-                second = [await scrape_metrics(r.http_port or 0) for r in replicas]
+
+                async def all_rounded() -> bool:
+                    """Every replica has run rounds since ``first`` (scraped into ``second``)."""
+                    second[:] = [await scrape_metrics(r.http_port or 0) for r in replicas]
+                    return all(
+                        b["qlsched_rounds_total"] > a["qlsched_rounds_total"]
+                        for a, b in zip(first, second, strict=True)
+                    )
+
+                second: list[dict[str, float]] = []
+                await poll(all_rounded, timeout_s=30, interval_s=0.1)
                 for r, a, b in zip(replicas, first, second, strict=True):
                     assert r.proc is not None
                     assert r.proc.returncode is None, r.owner
@@ -441,13 +460,25 @@ async def test_skewed_os_clocks_do_not_change_runs(
                 " FROM qlsched.trigger_schedules",
             )
             gate.baseline = {(r[0], r[1]): Start(r[2], r[3], r[4]) for r in rows}
+
             # The window: the hour-ahead replica alone, both (the hand-over), then the
-            # hour-behind replica alone, so each admits inside it whichever wins the rounds.
-            await trio.sleep(2.5)
+            # hour-behind replica alone; each phase lasts until its replica has admitted
+            # Runs of its own (conditions, not sleeps: a slow machine only waits longer).
+            def admitted_by(owner: str, at_least: int) -> Callable[[], Awaitable[bool]]:
+                async def check() -> bool:
+                    count = await fetchval(
+                        gate.su,
+                        "SELECT count(*) FROM qlsched.runs WHERE admitted_by_owner = $1",
+                        owner,
+                    )
+                    return int(count) >= at_least
+
+                return check
+
+            await poll(admitted_by("r-ahead", 3), timeout_s=30)
             await behind.start()
-            await trio.sleep(1)
             await ahead.stop()
-            await trio.sleep(3)
+            await poll(admitted_by("r-behind", 3), timeout_s=30)
             now = await db_now_ms(gate.su)
             cursors = await fetch(gate.su, "SELECT next_fire_at_ms FROM qlsched.trigger_schedules")
             assert all(c[0] <= now + 1000 for c in cursors), (now, cursors)

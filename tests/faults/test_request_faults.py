@@ -45,8 +45,6 @@ from tests.support.faults import (
 )
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
-pytestmark = [pytest.mark.faults]
-
 TRIGGER = "d"
 DAY_MS = 86_400_000
 BACKFILL_DAYS = 40

@@ -44,7 +44,7 @@ from tests.integration.cluster_support import http_status
 from tests.support.faults import ReplicaProcess, fetch, open_su, poll, report
 from tests.support.pgproxy import PgProxy
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 STOPPED_IN_ORDER = 0
 STOPPED_AT_DEADLINE = 3

@@ -34,7 +34,7 @@ from tests.faults.stop_support import (
 from tests.support.faults import report
 from tests.support.memory_sink import MemorySink
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

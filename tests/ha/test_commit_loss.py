@@ -40,7 +40,7 @@ from tests.support.faults import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
-pytestmark = [pytest.mark.ha, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 LOSSES = 3
 FIRST_K, LAST_K = 2, 9

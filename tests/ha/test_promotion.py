@@ -39,7 +39,7 @@ from tests.support.faults import (
 )
 from tests.support.memory_sink import MemorySink
 
-pytestmark = [pytest.mark.ha, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 CLAIM_LEASE_MS = 15_000
 TRIGGER = "yearly"

@@ -268,6 +268,10 @@ class Env:
 
         return await self._su_db.run(fn)
 
+    async def su_call(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` on a superuser connection (one call, its own transaction)."""
+        return await self._su_db.run(fn)
+
     async def su_exec(self, sql: str, *args: Any) -> str:
         async def fn(conn: Connection) -> str:
             return await conn.execute(sql, *args)

@@ -33,8 +33,6 @@ from qlsched.postgres.login import WrongRole
 from tests.integration.schema_support import clean_env
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 PROJECTS = [ProjectEntry(id="billing")]
 TASKS = [TaskEntry(project="billing", id="invoice", command="make invoices")]
 TRIGGERS = [

@@ -22,6 +22,7 @@ from qlsched.core.fence import Claim, FireRequest
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import (
     Admitted,
+    AlreadyAdmitted,
     DigestInvalid,
     FenceLost,
     Fire,
@@ -50,8 +51,6 @@ from tests.integration.adapter_support import (
     trigger,
 )
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 NOTHING = Counts(runs=0, attempts=0, events=0)
 
@@ -240,10 +239,11 @@ async def test_skip_advances_cursor_under_the_fence_and_writes_no_run(env: Env) 
 
 async def test_failed_insert_rolls_back_the_whole_admit(env: Env) -> None:
     """When one insert of the admit fails (here the ``run.queued`` event violates an injected
-    CHECK), nothing of the occurrence is written: no Run, no Attempt, no event, the cursor and
-    the claim untouched (the row not even rewritten); the outcome is a typed StoreFailed
-    carrying the SQLSTATE and exception class only. The intact claim admits once the fault
-    is gone."""
+    CHECK), nothing of the occurrence is written: no Run, no Attempt, no event, the cursor
+    untouched; the outcome is a typed StoreFailed carrying the SQLSTATE and exception class
+    only. The claim is given back at once under its fence (not left to its lease) with the
+    failure counted on the row, so the next claim takes it and admits once the fault is
+    gone, which clears the count."""
     claim = await due_claim(env)
     fire = fire_for(claim)
     await env.su_exec(
@@ -255,12 +255,20 @@ async def test_failed_insert_rolls_back_the_whole_admit(env: Env) -> None:
 
     assert outcome == StoreFailed("p", "t0000", sqlstate="23514", exception="CheckViolationError")
     assert await env.counts() == NOTHING
-    assert await env.schedule("p", "t0000") == before
+    after = await env.schedule("p", "t0000")
+    assert after["next_fire_at_ms"] == before["next_fire_at_ms"]
+    assert (after["claim_token"], after["failures"], after["last_failure"]) == (
+        None,
+        1,
+        "store_failed:23514",
+    )
     assert [(d.code, d.sqlstate) for d in env.sink.items] == [("admit_failed", "23514")]
     await env.su_exec("ALTER TABLE qlsched.run_events DROP CONSTRAINT no_queued")
-    [ok] = await env.store.admit([fire])
+    [again] = await env.store.claim("r1", 10, LEASE_MS)
+    [ok] = await env.store.admit([fire_for(again)])
     assert isinstance(ok, Admitted)
     assert await env.counts() == Counts(runs=1, attempts=1, events=2)
+    assert (await env.schedule("p", "t0000"))["failures"] == 0
 
 
 CORRUPTIONS = {
@@ -607,37 +615,74 @@ async def insert_run_for(env: Env, fire: FireRequest) -> None:
     )
 
 
+NO_C = "ALTER TABLE qlsched.runs ADD CONSTRAINT no_c CHECK (trigger_id <> 'c')"
+"""An injected constraint only trigger c's Run violates: one bad row in a batch."""
+
+
 async def test_batch_constraint_error_falls_back_row_by_row(env: Env) -> None:
-    """A batch whose statement hits a constraint error (a Run already holds one row's
-    idempotency key: 23505) is retried one occurrence at a time: every other row is admitted,
-    the offending one gets StoreFailed(23505) and keeps its claim; the fallback is reported
-    as a diagnostic without any driver text."""
+    """A batch whose statement hits a constraint error (23514, one row's Run violates an
+    injected CHECK) is retried one occurrence at a time: every other row is admitted, the
+    offending one gets StoreFailed(23514) and its claim is given back at once with the
+    failure counted (cursor kept); the fallback is reported as a diagnostic without any
+    driver text."""
+    ids = ["a", "b", "c", "d"]
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    claims = await env.store.claim("r1", 10, LEASE_MS)
+    fires = [fire_for(c) for c in claims]
+    await env.su_exec(NO_C)
+    c_before = await env.schedule("p", "c")
+
+    outcomes = await env.store.admit(fires)
+
+    assert [type(o) for o in outcomes] == [Admitted, Admitted, StoreFailed, Admitted]
+    assert outcomes[2] == StoreFailed("p", "c", sqlstate="23514", exception="CheckViolationError")
+    assert env.store.admit_statements == 1 + len(fires)
+    assert await env.runs_by_trigger() == {"a": 1, "b": 1, "d": 1}
+    assert await env.counts() == Counts(runs=3, attempts=3, events=6)
+    c_after = await env.schedule("p", "c")
+    assert c_after["next_fire_at_ms"] == c_before["next_fire_at_ms"]
+    assert (c_after["claim_token"], c_after["failures"]) == (None, 1)
+    assert [(d.code, d.sqlstate, d.count) for d in env.sink.items] == [
+        ("admit_batch_fallback", "23514", 4),
+        ("admit_failed", "23514", None),
+    ]
+    assert {d.exception for d in env.sink.items} == {"CheckViolationError"}
+
+
+async def test_a_key_already_taken_moves_the_cursor_and_is_counted(env: Env) -> None:
+    """Rule (issue: a backfill wedged a trigger forever): a Fire whose idempotency key
+    already has a Run (another path admitted the occurrence) is never a retry loop. In a
+    batch beside other rows, that row's cursor moves past the occurrence with no second
+    Run, Attempt or event (``AlreadyAdmitted``), the others are admitted in the same single
+    statement, the row counts it in ``already_admitted_total``, and the trigger's next
+    occurrence is admitted normally."""
     ids = ["a", "b", "c", "d"]
     await env.publish(one_project(ids=ids))
     await env.make_due()
     claims = await env.store.claim("r1", 10, LEASE_MS)
     fires = [fire_for(c) for c in claims]
     await insert_run_for(env, fires[2])
-    c_before = await env.schedule("p", "c")
 
     outcomes = await env.store.admit(fires)
 
-    assert [type(o) for o in outcomes] == [Admitted, Admitted, StoreFailed, Admitted]
-    assert outcomes[2] == StoreFailed("p", "c", sqlstate="23505", exception="UniqueViolationError")
-    assert env.store.admit_statements == 1 + len(fires)
+    assert [type(o) for o in outcomes] == [Admitted, Admitted, AlreadyAdmitted, Admitted]
+    assert env.store.admit_statements == 1
     assert await env.runs_by_trigger() == {"a": 1, "b": 1, "c": 1, "d": 1}
     assert await env.counts() == Counts(runs=4, attempts=3, events=6)
-    assert await env.schedule("p", "c") == c_before
-    assert [(d.code, d.sqlstate, d.count) for d in env.sink.items] == [
-        ("admit_batch_fallback", "23505", 4),
-        ("admit_failed", "23505", None),
-    ]
-    assert {d.exception for d in env.sink.items} == {"UniqueViolationError"}
+    c = await env.schedule("p", "c")
+    assert c["next_fire_at_ms"] == fires[2].next_ms
+    assert (c["claim_token"], c["already_admitted_total"], c["failures"]) == (None, 1, 0)
+    assert [(d.code, d.trigger_id) for d in env.sink.items] == [("already_admitted", "c")]
+    await env.make_due(ids=["c"], age_ms=2_000)
+    [again] = await env.store.claim("r1", 10, LEASE_MS)
+    [ok] = await env.store.admit([fire_for(again)])
+    assert isinstance(ok, Admitted)
 
 
 async def test_admit_runs_batch_then_one_by_one_then_by_key(env: Env) -> None:
     """The admit's three phases run in order, each once: the batch (here failing on one
-    row's 23505), then every Fire alone, then, after all of those, the row whose locator was
+    row's constraint), then every Fire alone, then, after all of those, the row whose locator was
     stale, alone and by key. Each admit is its own transaction, so the Runs' transaction ids
     give the order: the stale row's Run is the last written."""
     ids = ["a", "b", "c", "d"]
@@ -646,7 +691,7 @@ async def test_admit_runs_batch_then_one_by_one_then_by_key(env: Env) -> None:
     claims = await env.store.claim("r1", 10, LEASE_MS)
     fires = [fire_for(c) for c in claims]
     fires[1] = with_locator(fires[1], "(999999,1)")  # b: past the table's end
-    await insert_run_for(env, fires[2])  # c: its admit fails on the idempotency key
+    await env.su_exec(NO_C)  # c: its admit fails on a constraint
 
     outcomes = await env.store.admit(fires)
 

@@ -32,8 +32,6 @@ from tests.integration.cluster_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 STATEMENTS = "qlsched_admit_statements_total"
 RETRIES = "qlsched_admit_serialization_retries_total"
 

@@ -29,8 +29,6 @@ from tests.integration.adapter_support import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 ROWS = 6
 SHORT_MS = 300
 

@@ -28,7 +28,8 @@ COMMANDS: dict[str, list[str]] = {
 
 BAD_DSNS: dict[str, str] = {
     "not-a-uri": "notadsn",
-    "key-value": "host=/nonexistent user=postgres password=hunter2",
+    "key-value-malformed": "host=/nonexistent user=postgres password=hunter2 junk",
+    "key-value-unknown-keyword": "host=/nonexistent password=hunter2 hostaddr=127.0.0.1",
     "unclosed-ipv6-bracket": "postgresql://postgres:hunter2@[::1/postgres",
     "port-not-a-number": "postgresql://postgres:hunter2@127.0.0.1:abc/postgres",
     "malformed-query": "postgresql://postgres:hunter2@127.0.0.1/postgres?sslmode",
@@ -94,7 +95,6 @@ def test_a_bad_port_is_bad_input_everywhere(command: str, case: str) -> None:
     assert_bad_input(command, [*COMMANDS[command], "--dsn", BAD_PORTS[case]])
 
 
-@pytest.mark.integration
 def test_status_with_an_empty_dsn_is_bad_input(tmp_path: Path) -> None:
     # --data-dir keeps the embedded database the bug starts out of the default location.
     assert_bad_input("status", ["status", "--dsn", "", "--data-dir", str(tmp_path / "pg")])

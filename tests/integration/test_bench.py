@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
@@ -113,6 +113,17 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert report["drain"]["replica_cpu_us_per_occurrence"] > 0
     publish = report["publish"]
     assert publish["added"] == publish["unchanged"] == publish["triggers"] > 0
+    loaded = report["publish_under_load"]
+    assert loaded["published"] == publish["triggers"]
+    assert loaded["steady"]["duplicates"] == loaded["steady"]["lost"] == 0
+    assert loaded["steady"]["occurrences"] > 0
+    assert 0 < loaded["initialised"] <= loaded["published"]
+    assert "publish_under_load" in report["targets"]
+    punctual = report["on_time"]
+    assert punctual["duplicates"] == punctual["lost"] == 0
+    assert punctual["occurrences"] == punctual["expected_occurrences"] > 0
+    assert punctual["cadence_ms"] == 1000
+    assert "on_time" in report["targets"]
 
     worker = report["worker"]
     assert worker["concurrent"]["succeeded"] == worker["concurrent"]["jobs"] > 0
@@ -153,8 +164,10 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "same_tick",
         "worker",
         "steady",
+        "on_time",
         "scale",
         "publish",
+        "publish_load",
         "costs",
         "observe",
         "scale_burst",

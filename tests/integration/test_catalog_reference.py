@@ -20,8 +20,6 @@ from qlsched.postgres.migrate import bootstrap_sql, load_migrations, migrate
 from tests.integration.schema_support import execute, readiness
 from tests.support.pg import TestDatabase, sql_run
 
-pytestmark = pytest.mark.integration
-
 UNTRUSTED = (
     "the catalog reference qlsched.catalog_reference does not match its pinned digest"
     " (altered after `migrate` wrote it, or written for other migrations):"

@@ -34,8 +34,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 SHORT_LEASE_MS = 1_500
 
 
@@ -391,14 +389,18 @@ def check_claim_plan(plan_json: str) -> None:
     on_schedules = [n for n in plan_nodes(top) if n.get("Relation Name") == "trigger_schedules"]
     assert on_schedules, plan_json
     assert {n["Node Type"] for n in on_schedules} <= SCHEDULE_NODES, plan_json
-    # The unclaimed arm is an ordered walk of the claim index: no Sort needed above it.
-    fresh = plan_nodes(cte(top, "fresh"))
-    assert any(
-        n["Node Type"] in ("Index Scan", "Index Only Scan")
-        and n.get("Index Name") == "trigger_schedules_claim_idx"
-        for n in fresh
-    ), plan_json
-    assert all(n["Node Type"] != "Sort" for n in fresh), plan_json
+    # The unclaimed arms (due rows, uninitialised rows) are ordered walks of the claim
+    # index: no Sort needed above either.
+    for arm, index in (
+        ("due", "trigger_schedules_claim_idx"),
+        ("fresh", "trigger_schedules_fresh_idx"),
+    ):
+        nodes = plan_nodes(cte(top, arm))
+        assert any(
+            n["Node Type"] in ("Index Scan", "Index Only Scan") and n.get("Index Name") == index
+            for n in nodes
+        ), (arm, plan_json)
+        assert all(n["Node Type"] != "Sort" for n in nodes), (arm, plan_json)
     # The expired arm uses its own small index.
     assert any(
         n.get("Index Name") == "trigger_schedules_expiry_idx"
@@ -470,7 +472,8 @@ async def test_claim_draws_randomness_once_and_only_when_it_claims(env: Env) -> 
 
     assert await env.runtime(draws) == (3, 1)
     await env.make_due(age_ms=-3_600_000)  # an hour ahead: nothing due
-    assert await env.runtime(draws) == (0, 0)
+    # Nothing claimed: the one row of NULLs that carries the clock and the next due time.
+    assert await env.runtime(draws) == (1, 0)
 
 
 async def test_claimed_rows_come_back_in_index_order(env: Env) -> None:
@@ -498,3 +501,23 @@ async def test_claimed_rows_come_back_in_index_order(env: Env) -> None:
     assert keys(claims) == expected
     assert claims[0].cursor_ms is None
     assert expired & {c.trigger_id for c in claims}, "an expired claim sorts into the first k"
+
+
+async def test_a_claim_says_how_long_until_the_next_row_falls_due(env: Env) -> None:
+    """Rule: with every claim the store reads, by the database's clock, how long until the
+    next unclaimed row falls due (what the lifecycle wakes for): the nearest future due
+    time among rows nobody holds, also when the claim took nothing, and None when no row is
+    waiting to fall due."""
+    await env.publish(one_project(3))
+    now = await env.now_ms()
+    for i, ahead in enumerate((-1_000, 4_000, 9_000)):
+        await env.set_cursor("p", f"t000{i}", now + ahead)
+    [due] = await env.store.claim("r1", 16, LEASE_MS)
+    assert due.trigger_id == "t0000"
+    assert env.store.next_due_in_ms is not None
+    assert 3_000 < env.store.next_due_in_ms <= 4_000
+    assert await env.store.claim("r1", 16, LEASE_MS) == []
+    assert 3_000 < env.store.next_due_in_ms <= 4_000
+    await env.su_exec("UPDATE qlsched.trigger_schedules SET active = false")
+    assert await env.store.claim("r1", 16, LEASE_MS) == []
+    assert env.store.next_due_in_ms is None

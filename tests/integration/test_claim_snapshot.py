@@ -23,7 +23,7 @@ from qlsched.postgres.store import CLAIM_SETTINGS, PostgresStore
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 YEARLY = "0 0 1 1 *"
 EVERY_MINUTE = "* * * * *"

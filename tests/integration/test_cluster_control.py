@@ -38,8 +38,6 @@ from tests.integration.cluster_support import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 FULL_TRACE = [
     "pools_opened",
     "ready",

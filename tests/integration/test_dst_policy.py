@@ -30,8 +30,6 @@ from qlsched.postgres.pool import Connection
 from tests.integration.adapter_support import LEASE_MS, Env, decision_for, open_env, trigger
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 NY = ZoneInfo("America/New_York")
 
 

@@ -37,8 +37,6 @@ from qlsched.embedded import (
     system_bindir,
 )
 
-pytestmark = pytest.mark.integration
-
 HELPER = Path(__file__).with_name("helpers_embedded.py")
 REPO = Path(__file__).resolve().parents[2]
 AS_ROOT = os.geteuid() == 0

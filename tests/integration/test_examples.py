@@ -92,7 +92,6 @@ def _run_service(db: TestDatabase, seconds: float, signum: signal.Signals) -> st
     return out
 
 
-@pytest.mark.integration
 def test_triggers_example_publishes_twice(pg_db: TestDatabase) -> None:
     """Every trigger of the example is added; publishing it again changes nothing."""
     first = _publish(pg_db)
@@ -104,7 +103,6 @@ def test_triggers_example_publishes_twice(pg_db: TestDatabase) -> None:
     assert again.count(": unchanged") == 1 + 3 + 6
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_embedded_service_schedules_and_stops(pg_db: TestDatabase, signum: signal.Signals) -> None:
     """The Trio service runs a replica beside its own task; Runs are admitted; a signal
@@ -115,7 +113,6 @@ def test_embedded_service_schedules_and_stops(pg_db: TestDatabase, signum: signa
     assert _runs(pg_db) >= 2
 
 
-@pytest.mark.integration
 def test_dispatcher_lists_queued_runs(pg_db: TestDatabase) -> None:
     """As the observer, the dispatcher lists each queued Run once, with its pristine
     Attempt and the execution revision placement would hand to a worker (never the

@@ -27,7 +27,7 @@ from qlsched.commands._common import run_command
 from tests.integration.schema_support import clean_env, empty_database, execute, run_cli
 from tests.support.pg import PgCluster, TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO: Final = Path(__file__).resolve().parents[2]
 EXAMPLE: Final = str(REPO / "examples" / "triggers.toml")

@@ -28,7 +28,7 @@ from tests.integration.cluster_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIGGERS: Final = 200
 CLIENTS: Final = 48

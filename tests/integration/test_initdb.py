@@ -44,8 +44,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, in_ci
 
-pytestmark = pytest.mark.integration
-
 GENERATED = "  (generated password: shown only now)"
 
 
@@ -121,7 +119,14 @@ def test_init_db_twice_changes_nothing(pg_cluster: PgCluster) -> None:
 def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
     """id -> (DSN, the one stderr line expected after ``qlsched init-db: ``, exit code):
     2 for a DSN that is bad input, 1 for one that is well formed but does not work."""
-    not_a_uri = "the DSN is not valid: it must be a postgresql:// URI"
+    not_a_uri = (
+        "the DSN is not valid: neither a postgresql:// URI nor libpq keyword=value pairs"
+        " (malformed at character 33)"
+    )
+    wrong_scheme = (
+        "the DSN is not valid: it must be a postgresql:// URI or libpq keyword=value pairs"
+        " (host=... dbname=...)"
+    )
     missing = unique_name("qlmissing")
     return {
         "unreachable": (
@@ -145,7 +150,7 @@ def _bad_dsns(cluster: PgCluster) -> dict[str, tuple[str, str, int]]:
             1,
         ),
         "not-a-uri": ("host=/nonexistent user=postgres hunter2", not_a_uri, 2),
-        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", not_a_uri, 2),
+        "wrong-scheme": ("mysql://postgres:hunter2@127.0.0.1/x", wrong_scheme, 2),
         "empty": ("", "the DSN is empty", 2),
         "port-out-of-range": (
             "postgresql://postgres:hunter2@127.0.0.1:99999/postgres",

@@ -25,8 +25,6 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from tests.integration.adapter_support import LEASE_MS, Env, decision_for, open_env, trigger
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 HOURLY = "0 * * * *"
 JITTER_MS = 3_000_000
 

@@ -38,8 +38,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, sql_run
 
-pytestmark = pytest.mark.integration
-
 OLD_LAST = 7
 CURSOR_MS = 4_102_444_800_000  # 2100-01-01
 TASK = TaskEntry(project="p", id="task", command="true")

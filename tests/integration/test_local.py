@@ -24,7 +24,7 @@ import pytest
 from qlsched.embedded import open_embedded
 from tests.integration.schema_support import clean_env, run_cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TRIGGERS = str(REPO / "examples" / "triggers.toml")

@@ -44,8 +44,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, TestDatabase, sql_run
 
-pytestmark = pytest.mark.integration
-
 PROBE_MIGRATION = "0999_probe.sql"
 PROBE_SQL = "CREATE TABLE qlsched.migration_probe (i integer);\n"
 

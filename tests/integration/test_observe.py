@@ -26,8 +26,6 @@ from qlsched.tools.queries import tool_query
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 BIG_TABLES = frozenset({"trigger_schedules", "triggers", "runs"})
 
 
@@ -164,6 +162,7 @@ READS = {
         {"trigger_schedules_claim_idx", "trigger_schedules_expiry_idx"},
     ),
     "status_schedules": (["1000"], {"trigger_schedules_pkey"}),
+    "status_schedules_after": (["'bench'", "'t0015000'", "1000"], {"trigger_schedules_pkey"}),
     "recent_runs": (["10"], {"runs_created_idx"}),
 }
 

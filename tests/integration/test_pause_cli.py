@@ -10,8 +10,6 @@ from tests.integration.cluster_support import PROJECT, publish_triggers, trigger
 from tests.integration.schema_support import fetch, run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 
 def _cli(*args: str) -> tuple[int, str, str]:
     result = run_cli(list(args))

@@ -46,8 +46,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 HOUR_MS = 60 * MINUTE_MS
 
 

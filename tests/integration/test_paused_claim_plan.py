@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.postgres.queries import query
 from qlsched.postgres.store import CLAIM_SETTINGS
 from qlsched.tools import bench_data
 from qlsched.tools.bench.scale import STATES
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 ROWS = 2_000
 K = 256

@@ -36,8 +36,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 SNAPSHOT_SQL = {
     table: f"SELECT xmin::text AS xmin, t.* FROM qlsched.{table} AS t"  # noqa: S608
     for table in ("projects", "tasks", "execution_revisions", "triggers", "trigger_schedules")

@@ -33,8 +33,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import TestDatabase, sql_run
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("role", ["qlsched_runtime", "qlsched_observer", None])
 def test_a_fresh_database_is_ready(pg_db: TestDatabase, role: str | None) -> None:
@@ -423,7 +421,7 @@ INTRUDER = f"qlt_intruder_{os.getpid()}"
 CLAIM_INDEX = (
     "CREATE INDEX trigger_schedules_claim_idx ON qlsched.trigger_schedules"
     " ((COALESCE(due_at_ms, -1)), project_id, trigger_id)"
-    " WHERE active AND claim_token IS NULL"
+    " WHERE active AND claim_token IS NULL AND due_at_ms IS NOT NULL"
 )
 _JITTER_SQL = next(m.sql for m in load_migrations() if m.version == 8)
 JITTER_FUNCTION = _JITTER_SQL[
@@ -479,7 +477,7 @@ TAMPERINGS = [
         "trigger_schedules_claim_idx",
         [
             "DROP INDEX qlsched.trigger_schedules_claim_idx",
-            CLAIM_INDEX.replace("due_at_ms", "next_fire_at_ms"),
+            CLAIM_INDEX.replace("COALESCE(due_at_ms", "COALESCE(next_fire_at_ms"),
         ],
         ["DROP INDEX qlsched.trigger_schedules_claim_idx", CLAIM_INDEX],
     ),

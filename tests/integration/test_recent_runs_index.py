@@ -14,8 +14,6 @@ from qlsched.postgres.queries import query
 from tests.integration.adapter_support import Env, open_env
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 HISTORY = 20_000
 
 

@@ -21,8 +21,6 @@ from qlsched.postgres.recovery import RecoveryCandidate, recover, recovery_candi
 from tests.integration.adapter_support import LEASE_MS, Env, fire_for, one_project, open_env
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:

@@ -21,8 +21,6 @@ from tests.integration.adapter_support import Env, open_env, trigger
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 # Each leaves the schedule row active and the trigger row as published, and makes every
 # admit of p/y refuse for a reason no replica can heal.
 STRANDINGS = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import trio
 
 from qlsched.cluster.root import open_cluster_control
@@ -23,8 +22,6 @@ from tests.integration.cluster_support import (
 )
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 DAILY = "0 3 * * *"
 

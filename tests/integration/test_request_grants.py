@@ -4,8 +4,6 @@ Who asked and when are the database's: the admin's INSERT grant leaves those col
 
 from __future__ import annotations
 
-import pytest
-
 from tests.integration.schema_support import (
     assert_allowed,
     assert_refused,
@@ -14,8 +12,6 @@ from tests.integration.schema_support import (
     seed_trigger,
 )
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 INSERT = (
     "INSERT INTO qlsched.control_requests (project_id, trigger_id, trigger_revision, kind{cols})"

@@ -23,6 +23,7 @@ from qlsched.core.requests import (
     Recorded,
     RecordResult,
     RequestAdmitted,
+    RequestClaims,
     RequestFenceLost,
     RequestWaiting,
 )
@@ -43,8 +44,6 @@ from tests.integration.adapter_support import (
 )
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
-
-pytestmark = pytest.mark.integration
 
 YEARLY = "0 0 1 1 *"
 """A cron that never comes due during a test: every admit seen is a request's."""
@@ -251,6 +250,7 @@ async def test_backfill_admits_in_chunks_of_the_budget_with_a_durable_cursor(
     move with each chunk and it is done after the last; nothing is admitted twice."""
     async with open_env(pg_db) as env:
         await env.publish(_file(cron="* * * * *"))
+        await run_round(env.store, "cron", 16, 30_000)  # cron initialises its cursor
         now = await env.now_ms()
         start = (now // MINUTE_MS - 50) * MINUTE_MS
         end = start + 39 * MINUTE_MS  # 40 occurrences
@@ -297,6 +297,7 @@ async def test_backfill_enumerates_by_the_triggers_dst_policy(
     hour = 60 * MINUTE_MS
     async with open_env(pg_db) as env:
         await env.publish(_file(cron="30 1 * * *", timezone="America/New_York", dst_fold=dst_fold))
+        await env.set_cursor("p", "t0000", fold_first + 3 * hour)
         recorded = await _backfill(env, fold_first - hour, fold_first + 2 * hour)
         assert isinstance(recorded, Recorded)
         assert recorded.total == instants
@@ -368,20 +369,24 @@ async def test_backfill_stops_at_the_cron_cursor_and_goes_on_once_cron_passed(
             start + 3 * MINUTE_MS,
             None,
         )
-        # The database re-checks: a chunk reaching the cursor (a replica with a stale or
-        # wrong idea of it) admits nothing and leaves the request where it was.
+        assert row["next_ms"] == start + 4 * MINUTE_MS  # what it waits for
+        # Waiting, it takes no claim slot: no replica claims it until cron is past it.
         claim_db, admit_db = await env.open_pools()
         store = PostgresRequestStore(claim_db, admit_db)
+        assert await store.claim("r2", 16, 30_000) == RequestClaims(any_pending=False, claims=[])
+        # The database re-checks: a chunk reaching the cursor (a replica with a stale or
+        # wrong idea of it) admits nothing and leaves the request where it was.
+        await env.set_cursor("p", "t0000", start + 9 * MINUTE_MS)
         [claim] = (await store.claim("r2", 16, 30_000)).claims
-        beyond = msgspec.structs.replace(claim, schedule_cursor_ms=start + 9 * MINUTE_MS)
+        await env.set_cursor("p", "t0000", start + 4 * MINUTE_MS)
         chunk = RequestsPass(store, _config("r2"), MemorySink(), Metrics(), budget=16).chunk_for(
-            beyond
+            claim
         )
         assert chunk is not None
         assert chunk.occurrences[-1] == start + 7 * MINUTE_MS
         assert isinstance(await store.admit(chunk), RequestWaiting)
         assert len(await _keys(env)) == 4
-        await _expire(env)
+        assert (await _request(env, recorded.request_id))["claim_token"] is None
         await env.set_cursor("p", "t0000", start + 8 * MINUTE_MS)
         assert (await rp.run()).admitted == 4
         assert (await _request(env, recorded.request_id))["state"] == "done"

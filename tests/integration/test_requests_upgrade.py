@@ -36,8 +36,6 @@ from tests.integration.schema_support import (
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import PgCluster, sql_run
 
-pytestmark = pytest.mark.integration
-
 OLD_LAST = 1
 
 

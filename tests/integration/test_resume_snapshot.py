@@ -21,8 +21,6 @@ from tests.integration.adapter_support import Env, one_project, open_env
 from tests.integration.test_claim_snapshot import HOLD_COMMIT, hold_publish_commits, wait_active
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 OLD_CRON = "* * * * *"
 NEW_CRON = "0 0 1 1 *"
 REF = TriggerRef("p", "t0000")

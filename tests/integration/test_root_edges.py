@@ -21,8 +21,6 @@ from tests.integration.cluster_support import control_config, publish_triggers, 
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 STOPPED = ["lifecycle_stopped", "pools_closing"]
 
 

@@ -30,7 +30,7 @@ from tests.integration.cluster_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO: Final = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_MS: Final = 2_000

@@ -15,7 +15,7 @@ from tests.integration.cluster_support import open_superuser, publish_triggers, 
 from tests.integration.schema_support import clean_env, run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-m", "qlsched", "run"]

@@ -21,8 +21,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 INSERT_ACTION = (
     "INSERT INTO qlsched.schedule_actions (project_id, trigger_id, trigger_revision, kind,"
     " note, actor_label) VALUES ('p', 'g', 1, 'pause', 'maintenance', 'alice')"

@@ -28,8 +28,6 @@ from tests.integration.schema_support import (
 )
 from tests.support.pg import PgCluster, sql_run
 
-pytestmark = pytest.mark.integration
-
 OLD_LAST = 4
 """The last migration of the installation being upgraded."""
 

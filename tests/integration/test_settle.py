@@ -22,8 +22,6 @@ from qlsched.postgres.store import PostgresStore
 from tests.integration.adapter_support import LEASE_MS, Env, one_project, open_env
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 Settle = Callable[[PostgresStore, Claim], Awaitable[Outcome]]
 
 

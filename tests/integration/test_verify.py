@@ -29,8 +29,6 @@ from qlsched.tools.verify import Occurrence, VerifyReport, verify_exactly_once
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 SPEC = PublishFile(
     projects=[ProjectEntry(id="p")],
     tasks=[TaskEntry(project="p", id="t", command="true")],

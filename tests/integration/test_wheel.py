@@ -21,7 +21,7 @@ import pytest
 from tests.integration.schema_support import MIGRATIONS, clean_env
 from tests.support.pg import TestDatabase
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_the_sql_and_the_type_marker(wheel: Path) -> None:
     """Rule: the wheel carries the migrations and bootstrap under qlsched/_schema/postgres,
     every named-query file of qlsched/postgres/sql, the tools' SQL, the example triggers
-    under qlsched/_examples, and py.typed."""
+    under qlsched/_examples, py.typed, and every template and asset of the dashboard (it
+    loads nothing from elsewhere)."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     sql_files = sorted(
@@ -84,6 +85,11 @@ def test_wheel_contains_the_sql_and_the_type_marker(wheel: Path) -> None:
         *(f"qlsched/postgres/sql/{name}" for name in sql_files),
         *(f"qlsched/tools/sql/{name}" for name in ("bench.sql", "demo.sql")),
         "qlsched/tools/pgbench/pair.sql",
+        *(
+            f"qlsched/ui/{folder}/{entry.name}"
+            for folder in ("templates", "static")
+            for entry in resources.files("qlsched.ui").joinpath(folder).iterdir()
+        ),
     }
     assert expected <= names, sorted(expected - names)
     migrations = {n.rsplit("/", 1)[1] for n in names if n.startswith("qlsched/_schema/postgres/")}

@@ -33,8 +33,6 @@ from tests.interleave.world import Publisher, open_world
 from tests.support.pg import PgCluster, TestDatabase
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 
-pytestmark = pytest.mark.integration
-
 KNOWN_HOLES: dict[tuple[str, str], str] = {}
 """(round, actor) -> the open hole that fails some of its orderings (marked xfail, strict).
 Empty: the two #14 holes the explorer found on the code before their fixes are closed.

@@ -48,8 +48,6 @@ from tests.interleave.world import Publisher, Raw, Replica, World
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 MINUTE_MS = 60_000
 LEASE_MS = 30_000
 EXPIRE_SQL = (

@@ -16,7 +16,17 @@ replays it) picks, again and again, one of:
 * a clock jump: a replica restarted with its wall clock shifted by up to a day either way
   (``tests.support.faults.clock_shift_env``; a running process's clock cannot be moved
   from outside without root, and the product reads only the database's clock);
-* a pause (the replicas just run).
+* a pause (the replicas just run);
+* schedule control on project ``ctl`` (its own triggers, so the oracle's windows above
+  stay whole): ``pause`` and ``resume`` (either catch-up) of a random trigger, a
+  trigger-now, a backfill of a random past range, and a publish that adds a trigger
+  (sometimes while others are paused).
+
+After every action the accounting (``tools.accounting``: Runs + skipped + coalesced +
+paused - backfilled equals the cron's occurrences over each row's window) is checked on
+the ``gate`` and ``ctl`` rows, as one statement's snapshot; at the end, with every
+trigger resumed and the replicas given a few seconds, no request is left failing or held
+and no row is stuck.
 
 After every action the oracle (``oracle.check``) runs on one committed snapshot of the
 database (every rule holds in every committed state: a stranded trigger or a cursor off
@@ -41,10 +51,15 @@ import pytest
 import trio
 import trio_asyncio
 
+from qlsched.core.control import TriggerRef
+from qlsched.core.pause import CATCH_UPS
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.embedded import EmbeddedPostgres, open_embedded
+from qlsched.postgres.control import pause, resume
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
+from qlsched.postgres.requests import record_backfill, record_trigger_now
+from qlsched.tools.accounting import account, unbalanced
 from tests.interleave.oracle import (
     History,
     Row,
@@ -56,6 +71,7 @@ from tests.interleave.oracle import (
     record_revisions,
 )
 from tests.support.faults import (
+    NOW_MS_SQL,
     PROJECT,
     GateDb,
     ReplicaProcess,
@@ -68,7 +84,7 @@ from tests.support.faults import (
     seed_cursors,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SOAK_SECONDS = float(os.environ.get("QLSCHED_SOAK_SECONDS") or 60)
 CHURN = "churn"
@@ -86,7 +102,14 @@ ACTIONS = {
     "db_restart": 1,
     "clock": 1,
     "pause": 3,
+    "ctl_pause": 2,
+    "ctl_resume": 2,
+    "ctl_now": 2,
+    "ctl_backfill": 2,
+    "ctl_publish": 1,
 }
+CTL = "ctl"
+CTL_TASK = "ctl-job"
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +161,7 @@ class Soak:
         self.findings: dict[str, str] = {}
         """Finding -> when it was first seen."""
         self.last = ""
+        self.ctl_ids = ["k0", "k1", "k2"]
         self.replicas = [
             ReplicaProcess(f"soak-{n}", db.runtime_dsn, workdir) for n in ("a", "b", "c")
         ]
@@ -249,8 +273,101 @@ class Soak:
             await self.start(r)
         elif kind == "pause":
             await trio.sleep(rng.uniform(0.5, 3))
+        elif kind.startswith("ctl_"):
+            await self.control(kind)
         else:
             raise AssertionError(kind)
+
+    def ctl_file(self) -> PublishFile:
+        return PublishFile(
+            projects=[ProjectEntry(id=CTL)],
+            tasks=[TaskEntry(project=CTL, id=CTL_TASK, command="true")],
+            triggers=[
+                TriggerEntry(
+                    project=CTL,
+                    id=t,
+                    task=CTL_TASK,
+                    cron=CRONS[i % 3],
+                    misfire="fire_once" if i % 2 else "skip",
+                    misfire_grace_ms=2_000,
+                )
+                for i, t in enumerate(self.ctl_ids)
+            ],
+        )
+
+    async def control(self, kind: str) -> None:
+        """One schedule-control action on project ``ctl``, as an operator would."""
+        rng = self.rng
+        ref = TriggerRef(CTL, rng.choice(self.ctl_ids))
+
+        async def fn(conn: Connection) -> Any:
+            if kind == "ctl_pause":
+                return await pause(conn, ref, note="soak", actor=None)
+            if kind == "ctl_resume":
+                catch_up = rng.choice(CATCH_UPS)
+                return await resume(conn, ref, catch_up=catch_up, actor=None)
+            if kind == "ctl_now":
+                return await record_trigger_now(conn, ref.project_id, ref.trigger_id)
+            now = int(await conn.fetchval(f"SELECT {NOW_MS_SQL}"))
+            end = now - rng.randint(0, 20_000)
+            return await record_backfill(
+                conn,
+                ref.project_id,
+                ref.trigger_id,
+                from_ms=end - rng.randint(0, 30_000),
+                to_ms=end,
+                max_occurrences=10_000,
+            )
+
+        if kind == "ctl_publish":
+            self.ctl_ids.append(f"k{len(self.ctl_ids)}")
+            if not await self.publish(self.ctl_file()):
+                self.ctl_ids.pop()
+            return
+        try:
+            await connect_once(self.db.admin_dsn, fn)
+        except Exception:
+            self.counts[f"{kind}_failed"] += 1
+
+    async def check_accounts(self, step: int) -> None:
+        """Every occurrence in exactly one bucket, on the rows that keep one revision."""
+
+        async def fn(conn: Connection) -> list[str]:
+            return unbalanced(await account(conn, [PROJECT, CTL]))
+
+        for problem in await self._retry(self.db.superuser_dsn, fn):
+            self.findings.setdefault(problem, f"after action {step} ({self.last})")
+
+    async def settle_controls(self) -> list[str]:
+        """Resume every ``ctl`` trigger and wait (bounded) for every request to end: what
+        is still pending then (held, waiting or failing) and every stuck row is a finding."""
+
+        async def resume_all(conn: Connection) -> None:
+            for t in self.ctl_ids:
+                await resume(conn, TriggerRef(CTL, t), catch_up="skip", actor=None)
+
+        await self._retry(self.db.admin_dsn, resume_all)
+
+        async def left(conn: Connection) -> list[str]:
+            rows = await conn.fetch(
+                "SELECT r.kind, r.trigger_id, r.state, r.failures, r.last_failure"
+                " FROM qlsched.control_requests AS r WHERE r.state <> 'done'"
+            )
+            stuck = await conn.fetch(
+                "SELECT project_id, trigger_id, failures, last_failure"
+                " FROM qlsched.trigger_schedules WHERE failures > 0"
+            )
+            return [f"request left: {tuple(r)}" for r in rows] + [
+                f"row failing: {tuple(r)}" for r in stuck
+            ]
+
+        result: list[str] = []
+        for _ in range(60):  # 30 s at most
+            result = await self._retry(self.db.superuser_dsn, left)
+            if not result:
+                break
+            await trio.sleep(0.5)
+        return result
 
     async def start(self, r: ReplicaProcess) -> None:
         """Start (again); a start refused while the server restarts is tried again."""
@@ -282,6 +399,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
         await publish_triggers(db, every_second_triggers(4))
         soak = Soak(rng, server, db, tmp_path)
         await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.churn.file()))
+        await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.ctl_file()))
         async with open_su(db.superuser_dsn) as su:
             baseline = await seed_cursors(su, lead_ms=3000)
         await soak.record()
@@ -300,13 +418,18 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
                 step += 1
                 await soak.act(rng.choices(kinds, weights)[0])
                 await soak.check_now(starts, step)
+                await soak.check_accounts(step)
                 await trio.sleep(rng.uniform(0.2, 1.5))
+            soak.last = "the end, every ctl trigger resumed"
+            for problem in await soak.settle_controls():
+                soak.findings.setdefault(problem, soak.last)
         finally:
             with trio.CancelScope(shield=True):
                 for r in soak.replicas:
                     await r.stop()
         soak.last = "the end, replicas stopped"
         await soak.check_now(starts, step + 1)
+        await soak.check_accounts(step + 1)
         rows, runs = await soak.snapshot()
     control = [r for r in rows if r.trigger_id in starts and r.trigger_id not in CHURN_IDS]
     counted = sum(r.skipped + r.coalesced for r in control)

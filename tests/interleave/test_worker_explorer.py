@@ -44,8 +44,6 @@ from tests.interleave.tally import TALLY
 from tests.interleave.world import Raw, World
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 LEASE_MS = 30_000
 OK = JobResult(end="succeeded", code="succeeded", exit_code=0)
 TERMINAL = ("run.succeeded", "run.failed", "run.cancelled")

@@ -10,14 +10,14 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
 
-import qlsched.cluster.coordinator as coordinator_module
 import qlsched.core.cron as cron_module
 import qlsched.core.keys as keys_module
 import qlsched.core.spec_cache as spec_cache_module
+import qlsched.engine.round as coordinator_module
 from qlsched.cluster.coordinator import Coordinator
-from qlsched.cluster.stats import RoundStats
 from qlsched.core.config import ConfigError
 from qlsched.core.cron import CronSchedule
+from qlsched.engine.stats import RoundStats
 from tests.lifecycle.conftest import (
     BASE_MS,
     MINUTE_MS,
@@ -27,8 +27,6 @@ from tests.lifecycle.conftest import (
     on,
 )
 from tests.support.memory_store import MemoryStore
-
-pytestmark = pytest.mark.lifecycle
 
 TICK_MS = BASE_MS - 30_000
 """The cron tick (every minute) just before the store's time at Trio time 0."""
@@ -105,8 +103,8 @@ async def test_ids_are_minted_only_for_fire(
     minted: list[uuid.UUID] = []
     real_new_id = keys_module.new_id
 
-    def counting_new_id() -> uuid.UUID:
-        minted.append(real_new_id())
+    def counting_new_id(owner: str | None = None) -> uuid.UUID:
+        minted.append(real_new_id(owner))
         return minted[-1]
 
     monkeypatch.setattr(keys_module, "new_id", counting_new_id)
@@ -348,17 +346,17 @@ async def test_round_is_recorded_in_metrics(autojump_clock: MockClock) -> None:
 async def test_a_round_that_outlives_its_lease_lets_go_and_claims_less(
     autojump_clock: MockClock,
 ) -> None:
-    """Rule (issue #14, hole 3): a round whose work outlived its lease sends no admit (every
-    fence would fail on expiry), reports ``lease_overrun``, and claims half as many rows
-    next round, doubling back once rounds fit again; the occurrence is not lost: the next
-    round admits it under the same key."""
+    """Rule (issue #14, hole 3): a round whose claim came back after its lease was as good
+    as gone sends no admit (every fence would fail on expiry), reports ``lease_overrun``,
+    and claims half as many rows next round, doubling back once rounds fit again; the
+    occurrence is not lost: the next round admits it under the same key."""
     slow = [True]
 
-    async def slow_first_initialize(called: str) -> None:
-        if called == "initialize" and slow.pop():
-            await trio.sleep(31)  # the round's other work takes longer than the lease
+    async def slow_first_claim(called: str) -> None:
+        if called == "claim" and slow and slow.pop():
+            await trio.sleep(31)  # the claim's reply takes longer than the lease
 
-    store = MemoryStore(mock_now_ms, hook=slow_first_initialize)
+    store = MemoryStore(mock_now_ms, hook=slow_first_claim)
     r = make_replica(store, claim_budget=16)
     store.add_trigger("p", "new", "* * * * *")
     store.add_trigger("p", "due", "* * * * *", misfire_policy="fire_once")
@@ -372,8 +370,34 @@ async def test_a_round_that_outlives_its_lease_lets_go_and_claims_less(
     assert r.codes() == [coordinator_module.LEASE_OVERRUN]
     assert not store.runs
 
-    second = await r.coordinator.run_round()  # the first round's claims have expired
+    await trio.sleep(31)  # the first round's claims expire
+    second = await r.coordinator.run_round()
     assert second.budget == 8
-    assert (second.claimed, second.admitted) == (2, 1)
+    assert second.admitted == 1
     assert [run.scheduled_for_ms for run in store.runs.values()] == [TICK_MS]
     assert (await r.coordinator.run_round()).budget == 16
+
+
+async def test_a_slow_write_of_the_round_does_not_hold_its_admit(
+    autojump_clock: MockClock,
+) -> None:
+    """Rule (issue #26, a large publish stalled every schedule): a round's Fires are
+    admitted beside its other writes, not after them, so an Initialize that takes longer
+    than the lease delays no Run: the due row is admitted at once, with no lease overrun."""
+    slow = [True]
+
+    async def slow_first_initialize(called: str) -> None:
+        if called == "initialize" and slow and slow.pop():
+            await trio.sleep(31)
+
+    store = MemoryStore(mock_now_ms, hook=slow_first_initialize)
+    r = make_replica(store, claim_budget=16)
+    store.add_trigger("p", "new", "* * * * *")
+    store.add_trigger("p", "due", "* * * * *", misfire_policy="fire_once")
+    store.set_cursor("p", "due", TICK_MS)
+
+    first = await r.coordinator.run_round()
+
+    assert (first.claimed, first.fired, first.admitted) == (2, 1, 1)
+    assert first.errors == {}
+    assert [run.scheduled_for_ms for run in store.runs.values()] == [TICK_MS]

@@ -21,8 +21,6 @@ from tests.conformance.memory_harness import wall_clock_ms
 from tests.lifecycle.conftest import Replica, make_replica, on
 from tests.support.memory_store import Hook, MemoryStore
 
-pytestmark = pytest.mark.lifecycle
-
 SECRET = "password=hunter2"
 
 

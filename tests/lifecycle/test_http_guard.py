@@ -14,8 +14,6 @@ from qlsched.cluster.http import AdmissionApp
 from qlsched.core.store import ScheduleView
 from tests.lifecycle.test_http import Response, replica, serving
 
-pytestmark = pytest.mark.lifecycle
-
 TOKEN = "s3cret-token"
 
 

@@ -8,15 +8,12 @@ is bad input (400), never a page from the start.
 from __future__ import annotations
 
 import msgspec
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from qlsched.cluster.http import SchedulesResponse
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.store import DUE_BACKLOG_LIMIT
 from tests.lifecycle.test_http import app_of, replica, request, serving
-
-pytestmark = pytest.mark.lifecycle
 
 
 async def test_pages_follow_next_cursor_to_the_end() -> None:

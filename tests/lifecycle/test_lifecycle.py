@@ -28,8 +28,6 @@ from tests.lifecycle.conftest import (
 )
 from tests.support.memory_store import MemoryStore
 
-pytestmark = pytest.mark.lifecycle
-
 TICK_MS = BASE_MS - 30_000
 SECRET = "password=hunter2 host=10.1.2.3"
 
@@ -361,3 +359,25 @@ async def test_rounds_keep_going_with_time(autojump_clock: MockClock) -> None:
 
     times = sorted(run.scheduled_for_ms for run in r.store.runs.values())
     assert times == [TICK_MS + k * MINUTE_MS for k in range(1, 6)]
+
+
+@pytest.mark.parametrize(
+    ("next_due_in_ms", "interval_s"),
+    [(250, 0.252), (5_000, 1.0), (0, 0.01), (None, 1.0)],
+)
+async def test_a_round_wakes_for_the_next_due_row(
+    autojump_clock: MockClock, next_due_in_ms: int | None, interval_s: float
+) -> None:
+    """Rule: when the store read, with its claim, how long until the next row falls due
+    (by the database's clock), the next round starts just after that (2 ms slack) if it is
+    sooner than the cadence, never sooner than 10 ms after the last round started, and on
+    the cadence otherwise or when the store does not say."""
+    probe = Probe()
+    store = MemoryStore(mock_now_ms, hook=on("claim", probe))
+    if next_due_in_ms is not None:
+        store.next_due_in_ms = next_due_in_ms  # type: ignore[attr-defined]
+    r = make_replica(store)
+
+    await run_until(r, 4)
+
+    assert intervals(probe.starts) == [interval_s] * 3

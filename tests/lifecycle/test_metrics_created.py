@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.stats import RoundStats
+from qlsched.engine.stats import RoundStats
 
 
 def test_no_created_series_in_the_exposition() -> None:

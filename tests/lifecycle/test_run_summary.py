@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from qlsched.cluster.metrics import Metrics
-from qlsched.cluster.stats import RoundStats
-from qlsched.commands._summary import Summary
+from qlsched.cluster.metrics import Metrics, registry_reader
+from qlsched.engine.stats import RoundStats
+from qlsched.summary import Summary
 
 
 def test_each_line_counts_since_the_previous_one() -> None:
     """Rule: a line gives rounds, claims, admits, skips, coalesced and the mean lag of the
     interval since the previous line, plus admits since start; a quiet interval says 0."""
     metrics = Metrics()
-    summary = Summary(metrics.registry)
+    summary = Summary(registry_reader(metrics.registry))
     metrics.observe_round(
         RoundStats(budget=16, claimed=3, admitted=2, skipped=1, skipped_occurrences=4, coalesced=5)
     )

@@ -21,8 +21,6 @@ from qlsched.core.outcomes import CommitUnknown, Outcome
 from tests.lifecycle.conftest import make_replica, mock_now_ms, on
 from tests.support.memory_store import MemoryStore
 
-pytestmark = pytest.mark.lifecycle
-
 
 class ReplyLostOnce(MemoryStore):
     """The first admit's reply is lost: nothing written, every occurrence CommitUnknown."""

@@ -51,9 +51,9 @@ from qlsched.core.keys import idempotency_key
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.embedded import SERVER_USER, EmbeddedPostgres, start_embedded
 from qlsched.postgres.initdb import init_db
-from qlsched.postgres.migrate import RoleTimeouts
 from qlsched.postgres.pool import Connection, Database, connect_once, open_database
 from qlsched.postgres.publish import publish
+from qlsched.postgres.timeouts import RoleTimeouts
 from qlsched.tools.verify import VerifyReport, verify_exactly_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

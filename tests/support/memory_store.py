@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from qlsched.core.cron import parse_cron
 from qlsched.core.fence import Claim, ClaimFence, FireRequest, TriggerKey
 from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.outcomes import (
@@ -55,6 +56,7 @@ from qlsched.core.outcomes import (
     Skipped,
     StoreFailed,
 )
+from qlsched.core.pause import plan_resume
 from qlsched.core.store import ScheduleView
 
 Hook = Callable[[str], Awaitable[None]]
@@ -161,6 +163,7 @@ class MemoryStore:
         self.runs: dict[str, StoredRun] = {}
         self.attempts: list[StoredAttempt] = []
         self.events: list[StoredEvent] = []
+        self.paused: set[TriggerKey] = set()
 
     # --- admin (publish's stand-in; synchronous, no hook) ------------------------------
 
@@ -218,6 +221,33 @@ class MemoryStore:
     def corrupt_execution(self, project_id: str, trigger_id: str) -> None:
         """Make the pinned execution revision's digest fail to verify (fail-closed path)."""
         self.triggers[TriggerKey(project_id, trigger_id)].execution_digest_ok = False
+
+    def pause(self, project_id: str, trigger_id: str) -> None:
+        """Pause a row: not claimable, any claim on it void (state and claim versions up)."""
+        key = TriggerKey(project_id, trigger_id)
+        self.paused.add(key)
+        row = self.schedules[key]
+        row.clear_claim()
+        row.state_version += 1
+        row.claim_version += 1
+        row.updated_at_ms = max(row.updated_at_ms, self._now_ms())
+
+    def resume(self, project_id: str, trigger_id: str) -> None:
+        """Resume with ``skip``: the cursor from ``core.pause.plan_resume`` at now."""
+        key = TriggerKey(project_id, trigger_id)
+        self.paused.discard(key)
+        row, trigger = self.schedules[key], self.triggers[key]
+        now = self._now_ms()
+        plan = plan_resume(
+            parse_cron(trigger.cron, trigger.timezone),
+            cursor_ms=row.next_fire_at_ms,
+            since_ms=row.updated_at_ms,
+            now_ms=now,
+            catch_up="skip",
+        )
+        row.next_fire_at_ms = plan.next_fire_at_ms
+        row.state_version += 1
+        row.updated_at_ms = max(row.updated_at_ms, now)
 
     def set_cursor(self, project_id: str, trigger_id: str, next_fire_at_ms: int | None) -> None:
         self.schedules[TriggerKey(project_id, trigger_id)].next_fire_at_ms = next_fire_at_ms
@@ -406,6 +436,7 @@ class MemoryStore:
             self.projects.get(key.project_id) == "active"
             and trigger.enabled
             and self.schedules[key].trigger_revision == trigger.revision
+            and key not in self.paused
         )
 
     def _check(

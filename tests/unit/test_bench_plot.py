@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from qlsched.commands.bench import plot_command
 from qlsched.tools.bench import plot
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -70,7 +71,7 @@ def test_plot_writes_the_four_charts_from_a_report(
     source.write_text(json.dumps(report))
     out = tmp_path / "charts"
 
-    assert plot.plot_command(str(out), str(source)) == 0
+    assert plot_command(str(out), str(source)) == 0
 
     written = charts(out)
     assert sorted(written) == sorted(plot.CHARTS)
@@ -83,11 +84,11 @@ def test_without_matplotlib_plot_says_how_to_install_it(
     """Rule: without matplotlib, ``--plot`` prints one line naming the ``bench`` extra and
     exits 2, before any bench runs; ``--from-json`` without ``--plot`` is bad input too."""
     monkeypatch.setattr(plot, "have_matplotlib", lambda: False)
-    assert plot.plot_command(str(tmp_path), None) == 2
+    assert plot_command(str(tmp_path), None) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "pip install 'qlsched[bench]'" in err
-    assert plot.plot_command(None, str(tmp_path / "x.json")) == 2
+    assert plot_command(None, str(tmp_path / "x.json")) == 2
 
 
 def test_a_file_that_is_not_a_report_is_bad_input(tmp_path: Path) -> None:
@@ -95,6 +96,6 @@ def test_a_file_that_is_not_a_report_is_bad_input(tmp_path: Path) -> None:
     with one line, no traceback and no chart."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"drain": "fast"}))
-    assert plot.plot_command(str(tmp_path / "c"), str(bad)) == 2
-    assert plot.plot_command(str(tmp_path / "c"), str(tmp_path / "missing.json")) == 2
+    assert plot_command(str(tmp_path / "c"), str(bad)) == 2
+    assert plot_command(str(tmp_path / "c"), str(tmp_path / "missing.json")) == 2
     assert not (tmp_path / "c").exists()

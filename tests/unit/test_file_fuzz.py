@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -84,34 +85,16 @@ def toml_document(doc: dict[str, Any]) -> bytes:
 
 
 def publish_document(spec: PublishFile) -> bytes:
+    """``spec`` written back as a publish file, every field it holds (None ones left out)."""
+
+    def entries(items: list[Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in msgspec.to_builtins(x).items() if v is not None} for x in items]
+
     return toml_document(
         {
-            "projects": [{"id": p.id, "archived": p.archived} for p in spec.projects],
-            "tasks": [
-                {
-                    "project": t.project,
-                    "id": t.id,
-                    "command": t.command,
-                    "shell": t.shell,
-                    "timeout_ms": t.timeout_ms,
-                    "max_attempts": t.max_attempts,
-                    "retry_backoff_ms": t.retry_backoff_ms,
-                }
-                for t in spec.tasks
-            ],
-            "triggers": [
-                {
-                    "project": t.project,
-                    "id": t.id,
-                    "task": t.task,
-                    "cron": t.cron,
-                    "timezone": t.timezone,
-                    "misfire": t.misfire,
-                    "misfire_grace_ms": t.misfire_grace_ms,
-                    "enabled": t.enabled,
-                }
-                for t in spec.triggers
-            ],
+            "projects": entries(spec.projects),
+            "tasks": entries(spec.tasks),
+            "triggers": entries(spec.triggers),
         }
     )
 

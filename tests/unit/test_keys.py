@@ -40,3 +40,19 @@ def test_same_occurrence_same_key_new_ids() -> None:
         4,
         CLAIM,
     )
+
+
+def test_ids_of_one_replica_share_its_prefix_and_stay_version_4() -> None:
+    """Rule: ids minted for an owner start with that owner's four-byte prefix (so one
+    replica's Runs sit together in the runs index and concurrent admits of different
+    replicas do not lock each other's pages), are version-4 UUIDs with 90 random bits, and
+    are distinct; two owners get different prefixes; without an owner, plain uuid4."""
+    from qlsched.core.keys import new_id, replica_prefix
+
+    a = [new_id("replica-a") for _ in range(1000)]
+    b = new_id("replica-b")
+    assert {x.bytes[:4] for x in a} == {replica_prefix("replica-a")}
+    assert b.bytes[:4] == replica_prefix("replica-b") != replica_prefix("replica-a")
+    assert all(x.version == 4 and x.variant == uuid.RFC_4122 for x in [*a, b])
+    assert len(set(a)) == 1000
+    assert new_id().version == 4

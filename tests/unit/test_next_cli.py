@@ -169,7 +169,7 @@ BAD = [
     pytest.param(["* * * *"], "qlsched next: expression: expected 5 fields", id="field-count"),
     pytest.param(["* * * * *", "--tz", "Mars/Base"], "qlsched next: timezone:", id="zone"),
     pytest.param(["* * * * *", "--from", "yesterday"], "qlsched next: --from:", id="instant"),
-    pytest.param(["* * * * *", "-n", "0"], "qlsched next: -n: must be at least 1", id="n-0"),
+    pytest.param(["* * * * *", "-n", "0"], "qlsched next: -n: must be 1..100000, got 0", id="n-0"),
     pytest.param(
         ["* * * * *", "--dst-gap", "later"],
         "qlsched next: --dst-gap: 'later' is not one of shift, skip",
@@ -180,10 +180,13 @@ BAD = [
         "qlsched next: --dst-fold: 'twice' is not one of first, last, both",
         id="dst-fold",
     ),
-    pytest.param(["* * * * *", "-n", "-3"], "qlsched next: -n: must be at least 1", id="n-neg"),
+    pytest.param(
+        ["* * * * *", "-n", "-3"], "qlsched next: -n: must be 1..100000, got -3", id="n-neg"
+    ),
     pytest.param(
         ["* * * * *", "--jitter-ms", "60000", "--trigger", "p/t"],
-        "qlsched next: --jitter-ms: 60000 is not below the shortest period between occurrences,"
+        "qlsched next: --jitter-ms: 60000 is not below the trigger's shortest period between"
+        " occurrences,"
         " 60000 ms (1 min)",
         id="jitter-period",
     ),
@@ -291,3 +294,19 @@ def test_subprocess_bad_input() -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == "qlsched next: minute: 61 is out of range 0-59\n"
+
+
+def test_subprocess_refuses_an_unbounded_count() -> None:
+    """Rule: ``-n`` above 100,000 (``-n 100000000`` grew until killed) is refused at once:
+    exit 2, one stderr line, nothing computed or printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "qlsched", "next", "* * * * * *", "-n", "100000000"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "qlsched next: -n: must be 1..100000, got 100000000\n"

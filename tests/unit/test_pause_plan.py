@@ -116,7 +116,13 @@ NOW = "2026-06-01T12:30:30"
             "0 * * * *",
             None,
             "skip",
-            ResumePlan(ms("2026-06-01T13:00:00"), None, inside=3, paused=3),
+            ResumePlan(
+                ms("2026-06-01T13:00:00"),
+                None,
+                inside=3,
+                paused=3,
+                decided_from_ms=ms("2026-06-01T10:00:00"),
+            ),
             id="no cursor: from the later of pause and publish (09:30): 10, 11, 12",
         ),
         pytest.param(
@@ -134,7 +140,8 @@ def test_resume_plans(
     """Rule: the module's table: skip counts every occurrence from the cursor (inclusive)
     to now and moves the cursor past now; fire_once leaves the latest at the cursor, marked
     to catch up, and counts the rest; a cursor still ahead is kept; without a cursor the
-    count starts after the later of the pause and the revision."""
+    count starts after the later of the pause and the revision, and the row's accounting
+    window starts at the first occurrence it counts."""
     check(
         cron,
         cursor=cursor,

@@ -39,7 +39,15 @@ def _loaded_by(package: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "package", ["qlsched.core", "qlsched.postgres", "qlsched.sqlite", "qlsched.cluster"]
+    "package",
+    [
+        "qlsched.core",
+        "qlsched.engine",
+        "qlsched.postgres",
+        "qlsched.sqlite",
+        "qlsched.edge",
+        "qlsched.cluster",
+    ],
 )
 def test_the_runtime_never_imports_the_tools(package: str) -> None:
     """Rule: importing every module of a runtime package in a fresh interpreter loads
@@ -64,3 +72,27 @@ def test_the_adapter_names_product_statements_only() -> None:
     assert "claim" in product
     assert [n for n in product if n.startswith(("bench_", "demo_", "verify_"))] == []
     assert tool_query("bench_truncate_schedules")
+
+
+@pytest.mark.parametrize(
+    ("package", "refused"),
+    [
+        (
+            "qlsched.engine",
+            ("qlsched.cluster", "qlsched.edge", "qlsched.postgres", "qlsched.sqlite"),
+        ),
+        (
+            "qlsched.sqlite",
+            ("qlsched.edge", "qlsched.engine", "qlsched.cluster", "qlsched.postgres"),
+        ),
+        ("qlsched.edge", ("qlsched.cluster", "qlsched.postgres", "asyncpg", "hypercorn")),
+    ],
+)
+def test_the_profiles_and_their_engine_keep_their_rooms(
+    package: str, refused: tuple[str, ...]
+) -> None:
+    """Rule: the shared round engine knows neither profile nor store; the SQLite store is a
+    store only (no runtime); the Edge runtime never loads the cluster's profile."""
+    modules = _loaded_by(package)
+    assert package in modules
+    assert [m for m in modules if any(m == r or m.startswith(r + ".") for r in refused)] == []

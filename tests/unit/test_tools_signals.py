@@ -1,4 +1,4 @@
-"""The tools' signal watch (``qlsched.tools.signals``): a caught signal cancels the work and
+"""The tools' signal watch (``qlsched.signals``): a caught signal cancels the work and
 ends it as ``Interrupted``, after the work's own clean-up ran; otherwise the work's result
 or its error comes back."""
 
@@ -10,7 +10,7 @@ import signal
 import pytest
 import trio
 
-from qlsched.tools.signals import Interrupted, run_until_signal, single_leaf
+from qlsched.signals import Interrupted, run_until_signal, single_leaf
 
 
 async def test_a_caught_signal_cancels_the_work_after_its_clean_up() -> None:

@@ -18,8 +18,6 @@ from tests.support.pg import PgCluster, TestDatabase
 from tests.support.pgproxy import AdmitContext, PgProxy, unix_socket_path
 from tests.worker.support import admitted, attempts, claim, events, expire, run_row, worker_db
 
-pytestmark = pytest.mark.integration
-
 FINISH_MARKER = b"Finish Attempt $1 held under token"
 
 

@@ -21,8 +21,6 @@ from tests.integration.adapter_support import Env, open_env
 from tests.support.pg import TestDatabase
 from tests.worker.support import admitted, attempts, run_row, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:

@@ -29,8 +29,6 @@ from tests.worker.support import (
     worker_db,
 )
 
-pytestmark = pytest.mark.integration
-
 OK = JobResult(end="succeeded", code="succeeded", exit_code=0, output_tail="hi\n")
 FAILED = JobResult(end="failed", code="exit_nonzero", exit_code=3, output_tail="boom\n")
 

@@ -39,7 +39,7 @@ from tests.support.faults import (
 )
 from tests.worker.proc_support import WorkerProcess
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIGGERS = 4
 

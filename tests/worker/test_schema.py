@@ -24,8 +24,6 @@ from tests.integration.schema_support import (
 from tests.support.pg import PgCluster, TestDatabase, sql_run
 from tests.worker.support import admitted, claim, events, worker_db
 
-pytestmark = pytest.mark.integration
-
 
 def test_readiness_is_ready_as_the_worker_and_refuses_an_extra_grant(pg_db: TestDatabase) -> None:
     """Rule: readiness holds the worker's grants exactly: ready as the worker itself; one

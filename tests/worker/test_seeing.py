@@ -18,8 +18,6 @@ from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 from tests.worker.support import admitted, claim, worker_db
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:

@@ -7,8 +7,6 @@ import pytest
 from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize(
     ("flags", "message"),

@@ -22,8 +22,6 @@ from tests.support.pg import TestDatabase
 from tests.worker.proc_support import WorkerProcess, kill_if_alive, pid_alive
 from tests.worker.support import admitted, attempts, events, run_row, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
 PY = sys.executable
 
 

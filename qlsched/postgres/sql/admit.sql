@@ -10,6 +10,8 @@
 -- with what names the failure: (refusal_kind, refusal_part), an outcome's tag and part, for
 -- a check that needs no schedule row, else the row read back. One held by another session
 -- or not at its locator comes back untouched, for the caller to admit alone by key.
+-- A key that already has a Run (a backfill took it) is never a retry loop: the cursor
+-- moves past it and the row comes back `key_taken`, with no second Run, Attempt or event.
 -- Every table is reached by key or tuple id: a scan would take a relation-level SIRead lock
 -- every other admit conflicts with.
 WITH now AS MATERIALIZED (
@@ -91,6 +93,7 @@ advanced AS (
            claim_token = NULL,
            claim_expires_at_ms = NULL,
            coalesced_total = s.coalesced_total + c.coalesced,
+           failures = 0,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
       FROM ordered AS c
      -- One arm per (probe, wait) pair: SKIP LOCKED is syntax, not a value, and each probe
@@ -150,12 +153,14 @@ run_rows AS (
            a.task_revision, a.execution_revision_id, a.scheduled_for_ms, a.idempotency_key,
            'queued', 'runtime', a.at_ms, false, a.at_ms, $1, a.claim_token, a.claim_version
       FROM admitted AS a
+        ON CONFLICT (idempotency_key) DO NOTHING
+ RETURNING run_id
 ),
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
                                   created_at_ms)
     SELECT a.attempt_id, a.run_id, 1, 'remote_worker', 'claimed', a.at_ms
-      FROM admitted AS a
+      FROM admitted AS a JOIN run_rows AS n ON n.run_id = a.run_id
 ),
 -- Event ids: one draw of strong randomness per statement, as the claim's tokens, with the
 -- event's place in the batch (2 * row + seq) in the last four bytes: version-4 UUIDs,
@@ -166,6 +171,7 @@ event_rows AS (
                pg_catalog.int4send((2 * a.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
            a.run_id, ev.seq, ev.type, a.at_ms, $1
       FROM admitted AS a
+      JOIN run_rows AS n ON n.run_id = a.run_id
      CROSS JOIN draw
      CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
 )
@@ -173,7 +179,10 @@ event_rows AS (
 -- the caller can name the fence part that failed (core's `failed_part`, the same rule a
 -- refused skip or release is diagnosed by); a row whose fence, cursor and specs all hold in
 -- this snapshot was held by another session or is not at its locator.
-SELECT c.ord, a.at_ms AS admitted_at_ms, c.refusal[1] AS refusal_kind,
+SELECT c.ord, a.at_ms AS admitted_at_ms,
+       a.ord IS NOT NULL AND NOT EXISTS (SELECT 1 FROM run_rows AS n WHERE n.run_id = c.run_id)
+           AS key_taken,
+       c.refusal[1] AS refusal_kind,
        c.refusal[2] AS refusal_part, (SELECT ms FROM now) AS now_ms,
        r.trigger_revision, r.claim_owner, r.claim_token, r.claim_version,
        r.claim_expires_at_ms, r.state_version, r.next_fire_at_ms
@@ -187,6 +196,14 @@ SELECT c.ord, a.at_ms AS admitted_at_ms, c.refusal[1] AS refusal_kind,
             AND s.project_id = c.project_id AND s.trigger_id = c.trigger_id
          OFFSET 0) AS r ON true
  ORDER BY c.ord;
+
+-- name: count_already_admitted
+-- After an admit found a Fire's key taken: count it on its row ($1 project, $2 trigger).
+-- Unfenced and after the commit: a count of how often cron deferred to another path's Run,
+-- not a bucket of the accounting (the Run is the occurrence's bucket).
+UPDATE qlsched.trigger_schedules AS s
+   SET already_admitted_total = s.already_admitted_total + 1
+ WHERE s.project_id = $1 AND s.trigger_id = $2;
 
 -- name: run_by_key
 -- After a CommitUnknown, on a fresh connection: did the occurrence commit? Diagnostic only.

@@ -35,9 +35,11 @@ UPDATE qlsched.trigger_schedules AS s
 -- name: control_resume
 -- Resume a paused row: cursor $3, catch-up occurrence $4 (or NULL), $5 added to
 -- paused_total, at $6 (database ms); active again when its project is active, its trigger
--- enabled and its revision current (what publish keeps). $1 project, $2 trigger.
+-- enabled and its revision current (what publish keeps). $7: where the accounting window
+-- starts for a row that had no cursor (kept when it has one). $1 project, $2 trigger.
 UPDATE qlsched.trigger_schedules AS s
    SET paused_at_ms = NULL, pause_note = NULL, next_fire_at_ms = $3::bigint,
+       decided_from_ms = COALESCE(s.decided_from_ms, $7::bigint),
        catch_up_at_ms = $4::bigint, paused_total = s.paused_total + $5::bigint,
        active = EXISTS (SELECT 1
                           FROM qlsched.triggers AS t

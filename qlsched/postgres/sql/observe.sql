@@ -2,16 +2,23 @@
 -- an index for a bounded number of entries, never the whole of trigger_schedules or runs.
 
 -- name: due_backlog_bounded
--- Active rows due now by the database clock, claimed or not, counted up to $1 rows: unclaimed
--- ones walked in trigger_schedules_claim_idx order, claimed ones in
--- trigger_schedules_expiry_idx order (the ORDER BY keeps the planner on the index).
+-- Active rows due now by the database clock, claimed or not, counted up to $1 rows:
+-- uninitialised ones in trigger_schedules_fresh_idx order, due ones in
+-- trigger_schedules_claim_idx order, claimed ones in trigger_schedules_expiry_idx order
+-- (the ORDER BY keeps the planner on each index).
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 )
 SELECT pg_catalog.count(*)::bigint
   FROM ((SELECT 1
            FROM qlsched.trigger_schedules AS s
-          WHERE s.active AND s.claim_token IS NULL
+          WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NULL
+          ORDER BY s.project_id, s.trigger_id
+          LIMIT $1)
+        UNION ALL
+        (SELECT 1
+           FROM qlsched.trigger_schedules AS s
+          WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
             AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
           ORDER BY COALESCE(s.due_at_ms, -1)
           LIMIT $1)
@@ -56,7 +63,13 @@ WITH now AS MATERIALIZED (
 due AS (
     (SELECT s.project_id, s.trigger_id, s.trigger_revision
        FROM qlsched.trigger_schedules AS s
-      WHERE s.active AND s.claim_token IS NULL
+      WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NULL
+      ORDER BY s.project_id, s.trigger_id
+      LIMIT $2)
+    UNION ALL
+    (SELECT s.project_id, s.trigger_id, s.trigger_revision
+       FROM qlsched.trigger_schedules AS s
+      WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
         AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
       ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
       LIMIT $2)

@@ -143,7 +143,7 @@ WITH f AS (
 )
 UPDATE qlsched.trigger_schedules AS s
    SET trigger_revision = c.revision, active = c.active AND s.paused_at_ms IS NULL,
-       next_fire_at_ms = NULL, jitter_ms = c.jitter,
+       next_fire_at_ms = NULL, decided_from_ms = NULL, jitter_ms = c.jitter,
        claim_owner = NULL, claim_token = NULL, claim_expires_at_ms = NULL,
        state_version = s.state_version + 1, claim_version = s.claim_version + 1,
        updated_at_ms = GREATEST($14::bigint, s.updated_at_ms)

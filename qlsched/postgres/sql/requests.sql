@@ -11,28 +11,46 @@ SELECT t.revision, t.enabled, t.cron, t.timezone, t.dst_gap, t.dst_fold,
 
 -- name: request_insert
 -- Record one request (admin). $1 project, $2 trigger, $3 trigger revision at request time,
--- $4 kind, $5 note, $6 actor, $7 from_ms, $8 to_ms, $9 total, $10 max. The id, who
--- (SESSION_USER) and when (database time) are the column defaults.
+-- $4 kind, $5 note, $6 actor, $7 from_ms, $8 to_ms, $9 total, $10 max, $11 a backfill's
+-- first occurrence (its `next_ms`). The id, who (SESSION_USER) and when (database time)
+-- are the column defaults.
 INSERT INTO qlsched.control_requests (project_id, trigger_id, trigger_revision, kind, note,
-                                      actor, from_ms, to_ms, total, max_occurrences)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                      actor, from_ms, to_ms, total, max_occurrences, next_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 RETURNING request_id, created_at_ms, requested_by;
 
 -- name: request_claim
--- Claim up to $2 pending requests for owner $1, lease $3 ms: one statement in autocommit,
--- so the lease commits at once (the schedule claim's rule). Walks the pending partial index
--- only. Always one row more than it claims' worth of facts: the first columns say whether
--- any request is pending at all (so a replica knows whether to look again next round);
--- then each claimed request with its fence, its trigger's current spec and the cron cursor.
+-- Claim up to $2 pending requests that can progress, for owner $1, lease $3 ms: one
+-- statement in autocommit, so the lease commits at once (the schedule claim's rule).
+-- A request can progress when its trigger is not paused (a paused trigger's requests are
+-- held, and take no slot) and, for a backfill, when its next occurrence lies before the
+-- cron cursor (a backfill waiting for cron takes no slot either). Trigger-now requests come
+-- first: they never wait behind backfills. The first columns say whether any such request
+-- is pending at all (so a replica knows whether to look again next round); then each
+-- claimed request with its fence, its trigger's current spec and the cron cursor. The join
+-- to the schedule row is a hint read in this statement's snapshot: the admit re-checks
+-- pause and cursor under its own lock.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
+),
+ready AS MATERIALIZED (
+    SELECT r.request_id, r.kind, r.created_at_ms, r.claim_token, r.claim_expires_at_ms
+      FROM qlsched.control_requests AS r
+      JOIN qlsched.trigger_schedules AS s
+        ON s.project_id = r.project_id AND s.trigger_id = r.trigger_id
+     WHERE r.state = 'pending'
+       AND s.paused_at_ms IS NULL
+       AND (r.kind = 'trigger'
+            OR (s.next_fire_at_ms IS NOT NULL
+                AND COALESCE(r.next_ms, r.from_ms) < s.next_fire_at_ms))
 ),
 chosen AS MATERIALIZED (
     SELECT r.request_id
       FROM qlsched.control_requests AS r
+      JOIN ready AS y ON y.request_id = r.request_id
      WHERE r.state = 'pending'
        AND (r.claim_token IS NULL OR r.claim_expires_at_ms <= (SELECT ms FROM now))
-     ORDER BY r.created_at_ms, r.request_id
+     ORDER BY r.kind <> 'trigger', r.created_at_ms, r.request_id
      LIMIT $2
        FOR UPDATE OF r SKIP LOCKED
 ),
@@ -50,8 +68,7 @@ claimed AS (
            r.claim_version, r.claim_expires_at_ms, r.updated_at_ms
 )
 SELECT now.ms AS now_ms,
-       EXISTS (SELECT 1 FROM qlsched.control_requests AS p WHERE p.state = 'pending')
-           AS any_pending,
+       EXISTS (SELECT 1 FROM ready) AS any_pending,
        c.request_id, c.project_id, c.trigger_id, c.trigger_revision, c.kind,
        c.created_at_ms, c.from_ms, c.to_ms, c.cursor_ms, c.claim_owner, c.claim_token,
        c.claim_version, c.claim_expires_at_ms, c.updated_at_ms AS claimed_at_ms,
@@ -64,7 +81,7 @@ SELECT now.ms AS now_ms,
     ON t.project_id = c.project_id AND t.trigger_id = c.trigger_id
   LEFT JOIN qlsched.trigger_schedules AS s
     ON s.project_id = c.project_id AND s.trigger_id = c.trigger_id
- ORDER BY c.created_at_ms, c.request_id;
+ ORDER BY c.kind <> 'trigger', c.created_at_ms, c.request_id;
 
 -- name: request_admit
 -- Admit one claimed request's chunk in one statement (one implicit SERIALIZABLE
@@ -73,12 +90,19 @@ SELECT now.ms AS now_ms,
 -- database clock: the fence), $5 the request cursor the chunk starts after (NULL: none),
 -- $6 trigger revision asked for, $7 trigger digest, $8 task revision, $9 execution
 -- revision id, $10..$13 the chunk (scheduled_for, run id, attempt id, key per occurrence),
--- $14 the cursor after the chunk, $15 nothing of the range is left after it.
+-- $14 the cursor after the chunk, $15 nothing of the range is left after it, $16 the
+-- backfill's next occurrence after the chunk (the one it waits for when the chunk is empty).
+-- The trigger's schedule row is locked first (FOR NO KEY UPDATE): a pause or a cursor write
+-- that commits after this snapshot makes this statement retry instead of admitting beside
+-- it, and nothing of a paused trigger is admitted (the request is `held`, released).
 -- Specs are verified as the schedule admit verifies them; a spec that fails refuses the
--- request for good. A backfill occurrence must lie before the trigger's cron cursor (NULL:
--- before now): cron never admits behind its cursor, so the two never race for one key. A
--- key already taken is counted (already_admitted), never inserted twice. The claim is
--- cleared in the same write: the next chunk is claimed again.
+-- request for good, and so does a chunk that would count past the recorded total
+-- (`count_mismatch`: the recorder and this replica disagree on the occurrences). A backfill
+-- occurrence must lie before the trigger's cron cursor, and a NULL cursor waits: cron has
+-- not decided where it starts, so nothing is a backfill's yet. A key already taken is
+-- counted (already_admitted), never inserted twice; an occurrence cron had counted as not
+-- run (at or after `decided_from_ms`) and admitted here is counted in `backfilled_total`.
+-- The claim is cleared in the same write whatever happened: the next chunk is claimed again.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -86,13 +110,27 @@ draw AS MATERIALIZED (
     SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
 req AS MATERIALIZED (
-    SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind
+    SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.total,
+           r.admitted, r.already_admitted
       FROM qlsched.control_requests AS r
      WHERE r.request_id = $1 AND r.state = 'pending'
        AND r.claim_owner = $2 AND r.claim_token = $3 AND r.claim_version = $4
        AND r.claim_expires_at_ms > (SELECT ms FROM now)
        AND r.cursor_ms IS NOT DISTINCT FROM $5::bigint
        FOR UPDATE OF r
+),
+sched AS MATERIALIZED (
+    SELECT s.project_id, s.trigger_id, s.next_fire_at_ms, s.decided_from_ms,
+           s.paused_at_ms IS NOT NULL AS held
+      FROM qlsched.trigger_schedules AS s
+      JOIN req AS q ON s.project_id = q.project_id AND s.trigger_id = q.trigger_id
+       FOR NO KEY UPDATE OF s
+),
+occ AS MATERIALIZED (
+    SELECT *
+      FROM ROWS FROM (pg_catalog.unnest($10::bigint[]), pg_catalog.unnest($11::uuid[]),
+                      pg_catalog.unnest($12::uuid[]), pg_catalog.unnest($13::text[]))
+           WITH ORDINALITY AS o(scheduled_for_ms, run_id, attempt_id, idempotency_key, ord)
 ),
 spec AS MATERIALIZED (
     SELECT t.task_id,
@@ -115,6 +153,9 @@ spec AS MATERIALIZED (
                       pg_catalog.sha256(pg_catalog.convert_to(e.payload, 'UTF8')), 'hex')
                OR k.content_digest <> e.digest
                THEN 'digest_invalid'
+             WHEN q.admitted + q.already_admitted + (SELECT pg_catalog.count(*) FROM occ)
+                  > COALESCE(q.total, 1)
+               THEN 'count_mismatch'
            END AS failure
       FROM req AS q
       LEFT JOIN qlsched.projects AS p ON p.project_id = q.project_id
@@ -123,21 +164,16 @@ spec AS MATERIALIZED (
       LEFT JOIN qlsched.tasks AS k ON k.project_id = t.project_id AND k.task_id = t.task_id
       LEFT JOIN qlsched.execution_revisions AS e ON e.execution_revision_id = $9::uuid
 ),
-occ AS MATERIALIZED (
-    SELECT *
-      FROM ROWS FROM (pg_catalog.unnest($10::bigint[]), pg_catalog.unnest($11::uuid[]),
-                      pg_catalog.unnest($12::uuid[]), pg_catalog.unnest($13::text[]))
-           WITH ORDINALITY AS o(scheduled_for_ms, run_id, attempt_id, idempotency_key, ord)
-),
 bound AS MATERIALIZED (
-    SELECT q.kind = 'trigger'
-           OR NOT EXISTS (SELECT 1 FROM occ AS o
-                           WHERE o.scheduled_for_ms >= COALESCE(s.next_fire_at_ms, now.ms + 1))
-           AS ok
+    SELECT NOT COALESCE(sc.held, false)
+           AND (q.kind = 'trigger'
+                OR (sc.next_fire_at_ms IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM occ AS o
+                                     WHERE o.scheduled_for_ms >= sc.next_fire_at_ms)))
+           AS ok,
+           COALESCE(sc.held, false) AS held
       FROM req AS q
-     CROSS JOIN now
-      LEFT JOIN qlsched.trigger_schedules AS s
-        ON s.project_id = q.project_id AND s.trigger_id = q.trigger_id
+      LEFT JOIN sched AS sc ON true
 ),
 go AS MATERIALIZED (
     SELECT q.*, sp.task_id
@@ -155,7 +191,7 @@ run_rows AS (
            $2, $3, $4
       FROM go AS g CROSS JOIN occ AS o CROSS JOIN now
         ON CONFLICT (idempotency_key) DO NOTHING
- RETURNING run_id
+ RETURNING run_id, scheduled_for_ms
 ),
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
@@ -177,12 +213,23 @@ event_rows AS (
 counts AS MATERIALIZED (
     SELECT (SELECT pg_catalog.count(*) FROM run_rows) AS inserted,
            (SELECT pg_catalog.count(*) FROM occ) AS chunk,
+           (SELECT pg_catalog.count(*) FROM run_rows AS n, go AS g, sched AS sc
+             WHERE g.kind = 'backfill'
+               AND n.scheduled_for_ms >= sc.decided_from_ms) AS recovered,
            EXISTS (SELECT 1 FROM go) AS went
+),
+recounted AS (
+    UPDATE qlsched.trigger_schedules AS s
+       SET backfilled_total = s.backfilled_total + c.recovered
+      FROM sched AS sc, counts AS c
+     WHERE s.project_id = sc.project_id AND s.trigger_id = sc.trigger_id AND c.recovered > 0
 ),
 settled AS (
     UPDATE qlsched.control_requests AS r
        SET cursor_ms = CASE WHEN c.went AND q.kind = 'backfill' THEN $14::bigint
                             ELSE r.cursor_ms END,
+           next_ms = CASE WHEN q.kind = 'backfill' AND sp.failure IS NULL
+                          THEN COALESCE($16::bigint, r.next_ms) ELSE r.next_ms END,
            admitted = r.admitted + c.inserted,
            already_admitted = r.already_admitted
                + CASE WHEN c.went THEN c.chunk - c.inserted ELSE 0 END,
@@ -192,30 +239,56 @@ settled AS (
            refused_reason = sp.failure,
            done_at_ms = CASE WHEN sp.failure IS NOT NULL OR (c.went AND $15::boolean)
                              THEN now.ms END,
+           failures = 0,
            claim_owner = NULL,
            claim_token = NULL,
            claim_expires_at_ms = NULL,
            updated_at_ms = GREATEST(now.ms, r.updated_at_ms)
-      FROM req AS q, spec AS sp, bound AS b, counts AS c, now
+      FROM req AS q, spec AS sp, counts AS c, now
      WHERE r.request_id = q.request_id
-       AND (sp.failure IS NOT NULL OR b.ok)
  RETURNING r.state
 )
 SELECT (SELECT ms FROM now) AS now_ms,
        EXISTS (SELECT 1 FROM req) AS fenced,
        (SELECT sp.failure FROM spec AS sp) AS refused_reason,
        (SELECT b.ok FROM bound AS b) AS bound_ok,
+       (SELECT b.held FROM bound AS b) AS held,
        (SELECT c.inserted FROM counts AS c) AS inserted,
        (SELECT c.went FROM counts AS c) AS went,
        (SELECT s.state FROM settled AS s) AS state;
 
+-- name: request_note_failure
+-- A claimed request whose admit could not commit (retries spent, a server error): give the
+-- claim back at once and count the failure; past $5 failures in a row it is refused
+-- (`failed_repeatedly`, the last SQLSTATE in `last_failure`) instead of retried forever.
+-- $1 request, $2 owner, $3 claim token, $4 claim version, $6 the failure code.
+UPDATE qlsched.control_requests AS r
+   SET failures = r.failures + 1,
+       last_failure = $6::text,
+       state = CASE WHEN r.failures + 1 >= $5::integer THEN 'refused' ELSE r.state END,
+       refused_reason = CASE WHEN r.failures + 1 >= $5::integer THEN 'failed_repeatedly' END,
+       done_at_ms = CASE WHEN r.failures + 1 >= $5::integer
+                         THEN (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint
+                    END,
+       claim_owner = NULL,
+       claim_token = NULL,
+       claim_expires_at_ms = NULL
+ WHERE r.request_id = $1 AND r.state = 'pending'
+   AND r.claim_owner = $2 AND r.claim_token = $3 AND r.claim_version = $4
+RETURNING r.state;
+
 -- name: status_requests
 -- The latest requests for `status` (pending ones first, then by time); $1 = how many.
+-- `held`: pending for a paused trigger (it runs after resume).
 -- Two index walks: the pending partial index, and the recent ones backwards.
 (SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
         r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
         r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner
+        r.claim_owner, r.failures, r.last_failure,
+        r.state = 'pending' AND EXISTS (
+            SELECT 1 FROM qlsched.trigger_schedules AS s
+             WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
+               AND s.paused_at_ms IS NOT NULL) AS held
    FROM qlsched.control_requests AS r
   WHERE r.state = 'pending'
   ORDER BY r.created_at_ms, r.request_id
@@ -224,7 +297,11 @@ UNION
 (SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
         r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
         r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner
+        r.claim_owner, r.failures, r.last_failure,
+        r.state = 'pending' AND EXISTS (
+            SELECT 1 FROM qlsched.trigger_schedules AS s
+             WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
+               AND s.paused_at_ms IS NOT NULL) AS held
    FROM qlsched.control_requests AS r
   ORDER BY r.created_at_ms DESC
   LIMIT $1)

@@ -2,15 +2,17 @@
 -- Claim up to $2 due or uninitialised schedule rows for owner $1, lease $3 ms.
 -- One statement, sent alone in autocommit on a READ COMMITTED connection, so the lease is
 -- committed at once and no lock outlives it. Time: one observation of the database clock.
--- Two arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed rows
--- (trigger_schedules_claim_idx, ordered by due time NULLS FIRST, project, trigger) and rows
--- whose claim expired (trigger_schedules_expiry_idx). The due time (`due_at_ms`, generated
+-- Three arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed due rows
+-- (trigger_schedules_claim_idx, by due time, project, trigger), unclaimed uninitialised
+-- rows (trigger_schedules_fresh_idx, by key), and rows whose claim expired
+-- (trigger_schedules_expiry_idx). The due time (`due_at_ms`, generated
 -- from the cursor and the jitter) is what is due; without jitter it is the cursor. No cron
 -- computation and no Run ids here. The token is one random draw per statement with the
 -- row's place in the batch in its last four bytes: new for every claim of a row, distinct
 -- within the batch, and one draw of strong randomness per statement instead of one per row.
 -- `locator` is the claimed row version's tuple id: the admit reaches the row by it without
--- an index probe (a hint it re-checks).
+-- an index probe (a hint it re-checks). Each row also carries the database's now and the
+-- next due time after it (`next_due_ms`, NULL: none), so a replica can wake for it.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -18,12 +20,20 @@ WITH now AS MATERIALIZED (
 draw AS MATERIALIZED (
     SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) AS nonce
 ),
-fresh AS MATERIALIZED (
-    SELECT s.project_id, s.trigger_id, COALESCE(s.due_at_ms, -1) AS k
+due AS MATERIALIZED (
+    SELECT s.project_id, s.trigger_id, s.due_at_ms AS k
       FROM qlsched.trigger_schedules AS s
-     WHERE s.active AND s.claim_token IS NULL
+     WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
        AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
      ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
+     LIMIT $2
+       FOR UPDATE OF s SKIP LOCKED
+),
+fresh AS MATERIALIZED (
+    SELECT s.project_id, s.trigger_id, -1::bigint AS k
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NULL
+     ORDER BY s.project_id, s.trigger_id
      LIMIT $2
        FOR UPDATE OF s SKIP LOCKED
 ),
@@ -37,16 +47,25 @@ expired AS MATERIALIZED (
      LIMIT $2
        FOR UPDATE OF s SKIP LOCKED
 ),
+-- Uninitialised rows share the budget instead of going first: a quarter of it is theirs
+-- (when there are any), then due rows by due time, then more uninitialised rows if room
+-- is left. Rejected: NULLs first (a large publish took every slot, and every existing
+-- trigger waited until the new ones were initialised).
 candidates AS (
-    SELECT * FROM fresh
+    SELECT x.project_id, x.trigger_id, x.k,
+           CASE WHEN x.n <= (($2::integer + 3) / 4) THEN 0 ELSE 2 END AS tier, x.n AS pos
+      FROM (SELECT f.*, pg_catalog.row_number() OVER (ORDER BY f.project_id, f.trigger_id) AS n
+              FROM fresh AS f) AS x
     UNION ALL
-    SELECT * FROM expired
+    SELECT y.project_id, y.trigger_id, y.k, 1 AS tier,
+           pg_catalog.row_number() OVER (ORDER BY y.k, y.project_id, y.trigger_id) AS pos
+      FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS y
 ),
 chosen AS (
     SELECT c.project_id, c.trigger_id,
-           pg_catalog.row_number() OVER (ORDER BY c.k, c.project_id, c.trigger_id) AS place
+           pg_catalog.row_number() OVER (ORDER BY c.tier, c.pos) AS place
       FROM candidates AS c
-     ORDER BY c.k, c.project_id, c.trigger_id
+     ORDER BY c.tier, c.pos
      LIMIT $2
 ),
 -- The spec is joined inside the UPDATE on the revision the row holds. A publish committed
@@ -75,13 +94,27 @@ claimed AS (
                 ELSE t.misfire_policy END AS misfire_policy,
            t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
            t.execution_revision_id, t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
+),
+-- The next unclaimed row to fall due after now (one probe of the claim index): the
+-- replica sleeps until then when that is sooner than its cadence.
+upcoming AS MATERIALIZED (
+    SELECT COALESCE(s.due_at_ms, -1) AS k
+      FROM qlsched.trigger_schedules AS s
+     WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
+       AND COALESCE(s.due_at_ms, -1) > (SELECT ms FROM now)
+     ORDER BY COALESCE(s.due_at_ms, -1)
+     LIMIT 1
 )
+-- Always at least one row: with nothing claimed, one row of NULLs but for the clock and
+-- the next due time.
 SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_owner,
        c.claim_token, c.claim_version, c.claim_expires_at_ms, c.next_fire_at_ms,
        c.updated_at_ms, c.ctid::text AS locator, c.cron, c.timezone, c.misfire_policy,
        c.misfire_grace_ms, c.content_digest, c.task_id, c.task_revision,
-       c.execution_revision_id, c.dst_gap, c.dst_fold, c.jitter_ms
-  FROM claimed AS c
+       c.execution_revision_id, c.dst_gap, c.dst_fold, c.jitter_ms,
+       now.ms AS now_ms, (SELECT u.k FROM upcoming AS u) AS next_due_ms
+  FROM now
+  LEFT JOIN claimed AS c ON true
  ORDER BY COALESCE(c.due_at_ms, -1), c.project_id, c.trigger_id;
 
 -- name: settle
@@ -90,8 +123,11 @@ SELECT c.project_id, c.trigger_id, c.trigger_revision, c.state_version, c.claim_
 -- the database clock, state version $6, trigger revision $7 and the cursor $8 the decision
 -- saw (NULL = uninitialised); the trigger row must still be revision $7 with digest $12, as
 -- admit checks it. $9 keeps the cursor (release); else it becomes $10. $11 adds to
--- skipped_total. `cur` and `spec_ok` are what this statement saw, so a refused write can
--- name the part that failed.
+-- skipped_total. $13, when not NULL, is why the claim is given back (an admit that could
+-- not commit): counted in `failures` and kept as `last_failure`, so a row failing again
+-- and again shows as stuck. A cursor leaving NULL (initialize) starts the accounting's
+-- window (`decided_from_ms`). `cur` and `spec_ok` are what this statement saw, so a
+-- refused write can name the part that failed.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -110,6 +146,12 @@ upd AS (
     UPDATE qlsched.trigger_schedules AS s
        SET next_fire_at_ms = CASE WHEN $9::boolean THEN s.next_fire_at_ms ELSE $10::bigint END,
            skipped_total = s.skipped_total + $11::bigint,
+           decided_from_ms = CASE WHEN s.next_fire_at_ms IS NULL AND NOT $9::boolean
+                                  THEN $10::bigint ELSE s.decided_from_ms END,
+           failures = CASE WHEN $13::text IS NULL THEN s.failures ELSE s.failures + 1 END,
+           last_failure = COALESCE($13::text, s.last_failure),
+           last_failure_at_ms = CASE WHEN $13::text IS NULL THEN s.last_failure_at_ms
+                                     ELSE now.ms END,
            state_version = s.state_version + 1,
            claim_owner = NULL,
            claim_token = NULL,

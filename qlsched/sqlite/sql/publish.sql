@@ -14,16 +14,19 @@ UPDATE projects
 
 -- name: schedule_set_active
 -- Keep the round's filter in step with the project state; a changed flag moves the state
--- version, so a round that read the row before cannot write it. ?1 project, ?2 active (0/1).
+-- version, so a round that read the row before cannot write it. A paused row stays
+-- inactive (only resume makes it active). ?1 project, ?2 active (0/1).
 UPDATE trigger_schedules
-   SET active = (?2 AND (SELECT t.enabled FROM triggers AS t
-                          WHERE t.project_id = trigger_schedules.project_id
-                            AND t.trigger_id = trigger_schedules.trigger_id)),
+   SET active = (?2 AND paused_at_ms IS NULL
+                 AND (SELECT t.enabled FROM triggers AS t
+                       WHERE t.project_id = trigger_schedules.project_id
+                         AND t.trigger_id = trigger_schedules.trigger_id)),
        state_version = state_version + 1
  WHERE project_id = ?1
-   AND active IS NOT (?2 AND (SELECT t.enabled FROM triggers AS t
-                               WHERE t.project_id = trigger_schedules.project_id
-                                 AND t.trigger_id = trigger_schedules.trigger_id));
+   AND active IS NOT (?2 AND paused_at_ms IS NULL
+                      AND (SELECT t.enabled FROM triggers AS t
+                            WHERE t.project_id = trigger_schedules.project_id
+                              AND t.trigger_id = trigger_schedules.trigger_id));
 
 -- name: task_get
 SELECT revision, content_digest FROM tasks WHERE project_id = ?1 AND task_id = ?2;
@@ -91,9 +94,12 @@ VALUES (?1, ?2, 1, ?3, ?4);
 
 -- name: schedule_reset
 -- A new trigger revision: cursor cleared, state version + 1, so a round that read the old
--- revision cannot write. ?1 project, ?2 trigger, ?3 revision, ?4 active, ?5 now ms.
+-- revision cannot write; a paused row stays paused and inactive (its resume counts from the
+-- later of the pause and this revision). ?1 project, ?2 trigger, ?3 revision, ?4 active,
+-- ?5 now ms.
 UPDATE trigger_schedules
-   SET trigger_revision = ?3, active = ?4, next_fire_at_ms = NULL, due_at_ms = NULL,
+   SET trigger_revision = ?3, active = (?4 AND paused_at_ms IS NULL), next_fire_at_ms = NULL,
+       due_at_ms = NULL, catch_up_at_ms = NULL,
        state_version = state_version + 1, updated_at_ms = max(?5, updated_at_ms)
  WHERE project_id = ?1 AND trigger_id = ?2;
 

@@ -3,7 +3,11 @@
 -- (by due time: the cursor plus its jitter), with the spec a decision needs. ?1 now ms,
 -- ?2 limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_fire_at_ms,
-       t.cron, t.timezone, t.misfire_policy, t.misfire_grace_ms, t.content_digest,
+       t.cron, t.timezone,
+       -- The occurrence a resume left to catch up fires once whatever the grace.
+       CASE WHEN s.next_fire_at_ms = s.catch_up_at_ms THEN 'fire_once'
+            ELSE t.misfire_policy END,
+       t.misfire_grace_ms, t.content_digest,
        t.task_id, t.task_revision, t.execution_revision_id, t.dst_gap, t.dst_fold,
        t.jitter_ms
   FROM trigger_schedules AS s
@@ -74,8 +78,21 @@ SELECT count(*) FROM trigger_schedules
 -- Status and metrics. ?1 limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
-       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
+       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms, s.paused_at_ms, s.pause_note,
+       s.paused_total
   FROM trigger_schedules AS s
   JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id
  LIMIT ?1;
+
+-- name: schedules_list_after
+-- /v1/schedules' next page: the rows after key (?1 project, ?2 trigger), ?3 limit.
+SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
+       s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
+       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms, s.paused_at_ms, s.pause_note,
+       s.paused_total
+  FROM trigger_schedules AS s
+  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
+ WHERE (s.project_id, s.trigger_id) > (?1, ?2)
+ ORDER BY s.project_id, s.trigger_id
+ LIMIT ?3;

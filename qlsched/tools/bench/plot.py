@@ -25,7 +25,6 @@ from typing import Any
 
 import msgspec
 
-from qlsched.commands._common import fail
 from qlsched.tools.bench.scale_results import LagHistogram, Progress, RssSample
 
 INSTALL = "--plot needs matplotlib: pip install 'qlsched[bench]'"
@@ -88,26 +87,6 @@ class ChartInput(msgspec.Struct, frozen=True):
 
 def have_matplotlib() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
-
-
-def plot_command(plot_dir: str | None, from_json: str | None) -> int | None:
-    """Checks before a run (None: go on and run the bench), or the whole of
-    ``--plot DIR --from-json FILE`` (its exit code)."""
-    if plot_dir is None:
-        return fail("bench", "--from-json needs --plot DIR", 2)
-    if not have_matplotlib():
-        return fail("bench", INSTALL, 2)
-    if from_json is None:
-        return None
-    try:
-        data = msgspec.json.decode(Path(from_json).read_bytes(), type=ChartInput)
-    except OSError as exc:
-        return fail("bench", f"--from-json {from_json}: {exc.strerror or exc}", 2)
-    except msgspec.DecodeError as exc:
-        return fail("bench", f"--from-json {from_json}: not a bench report ({exc})", 2)
-    for path in draw(data, Path(plot_dir)):
-        print(path)
-    return 0
 
 
 def write_charts(report: Any, directory: Path) -> list[Path]:

@@ -23,7 +23,8 @@ PUBLISH_TASKS = 100
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
 
 
-def publish_file(triggers: int) -> PublishFile:
+def publish_file(triggers: int, *, cron: str | None = None) -> PublishFile:
+    """The large file; ``cron`` for every trigger instead of the spread hourly ones."""
     tasks = [
         TaskEntry(project=PUBLISH_PROJECT, id=f"task{k:03d}", command=f"echo {k}")
         for k in range(PUBLISH_TASKS)
@@ -36,7 +37,7 @@ def publish_file(triggers: int) -> PublishFile:
                 project=PUBLISH_PROJECT,
                 id=f"p{i:07d}",
                 task=tasks[i % PUBLISH_TASKS].id,
-                cron=f"{i % 60} * * * *",
+                cron=cron or f"{i % 60} * * * *",
                 timezone=ZONES[i % len(ZONES)],
                 misfire="fire_once" if i % 2 else "skip",
             )

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from qlsched.tools.bench.machine import Load
 from qlsched.tools.bench.results import BenchReport, CostResult, DrainResult, Lag, Target
-from qlsched.tools.bench.targets import COST_KEYS, cost_targets, maybe, publish_targets, rate
+from qlsched.tools.bench.targets import (
+    COST_KEYS,
+    cost_targets,
+    maybe,
+    on_time_targets,
+    publish_load_targets,
+    publish_targets,
+    rate,
+)
 
 
 def _lag(lag: Lag) -> str:
@@ -150,7 +158,7 @@ def render(report: BenchReport) -> str:
     return "\n".join(out)
 
 
-PUBLISH_KEYS = frozenset({"publish", "publish_unchanged"})
+PUBLISH_KEYS = frozenset({"publish", "publish_unchanged", "publish_under_load", "on_time"})
 
 
 def _publish_lines(report: BenchReport) -> list[str]:
@@ -160,6 +168,18 @@ def _publish_lines(report: BenchReport) -> list[str]:
     out = ["", f"publish: one file, {p.triggers:,} triggers over {p.tasks} tasks"]
     for t in publish_targets(p).values():
         out.append(_judged(t))
+    if report.on_time is not None:
+        punctual = report.on_time
+        out.append(
+            f"on time: {punctual.occurrences:,} of {punctual.expected_occurrences:,}"
+            f" occurrences, lag from due {_lag(punctual.lag_ms)}, max"
+            f" {maybe(punctual.lag_ms.max, '{} ms')}"
+        )
+        for judged in on_time_targets(punctual).values():
+            out.append(_judged(judged))
+    if report.publish_under_load is not None:
+        for t in publish_load_targets(report.publish_under_load).values():
+            out.append(_judged(t))
     return out
 
 

@@ -79,6 +79,39 @@ class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
     stop_problems: list[str]
 
 
+class OnTimeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Every-second triggers on two replicas at ``qlsched run``'s default settings."""
+
+    triggers: int
+    replicas: int
+    seconds: int
+    cadence_ms: int
+    claim_budget: int
+    expected_occurrences: int
+    occurrences: int
+    duplicates: int
+    lost: int
+    malformed: int
+    lag_ms: Lag
+    """Admitted minus due (database time), over the window's occurrences."""
+    stop_problems: list[str]
+
+
+class PublishUnderLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """The steady load while a large file of new triggers is published and initialised."""
+
+    steady: SteadyResult
+    """The existing triggers' window (their lag is the phase's figure)."""
+    published: int
+    """New triggers in the file (yearly: initialised, never due in the window)."""
+    publish_s: float
+    """The publish transaction alone."""
+    initialised: int
+    """Of the new triggers, those with a cursor when the window ended."""
+    missed: int
+    """Occurrences of the existing triggers skipped or coalesced during the phase."""
+
+
 class ClaimLatency(msgspec.Struct, frozen=True, kw_only=True):
     """One claim statement of k rows (``config.claim_limit``), microseconds, this process's
     clock; ``k1_*`` the same statement claiming one row."""
@@ -276,6 +309,10 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """Readiness on a fresh connection (costs phase)."""
     publish: PublishCost | None = None
     """Publish of a large file, then again unchanged (publish phase)."""
+    on_time: OnTimeResult | None = None
+    """Every-second triggers at the default settings (on_time phase)."""
+    publish_under_load: PublishUnderLoad | None = None
+    """The steady load while a large publish initialises (publish_load phase)."""
     observe: ObserveResult | None = None
     """status, /metrics and /v1/schedules over big tables (observe phase)."""
     scale: ScaleResult | None = None
@@ -290,7 +327,7 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """Wall time of each phase, loads and audits included, in run order."""
 
 
-def exactly_once(*phases: DrainResult | SteadyResult) -> bool:
+def exactly_once(*phases: DrainResult | SteadyResult | OnTimeResult) -> bool:
     return all(p.duplicates == 0 and p.lost == 0 and p.malformed == 0 for p in phases)
 
 

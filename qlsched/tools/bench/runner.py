@@ -2,8 +2,9 @@
 
 Order: burst drain, the pgbench ceiling right after it (same rows, same server state, so the
 ratio compares like with like), the same-tick drain, the worker (no-op jobs per second),
-steady, scale (claim latency at each
-size and the replicas' RSS), publish (a large file, twice), then costs (a decision a year
+steady, on_time (every-second triggers at the default settings), scale (claim latency at
+each size and the replicas' RSS), publish (a large file, twice), publish_load (the steady
+load while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
 /v1/schedules over that history and a million triggers), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
@@ -15,8 +16,9 @@ opens and closes only the superuser pool it uses.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,6 +37,8 @@ from qlsched.tools.bench.hundredfold import (
     scale_targets,
 )
 from qlsched.tools.bench.observe import observe, observe_targets
+from qlsched.tools.bench.on_time import on_time
+from qlsched.tools.bench.publish_load import publish_under_load
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
@@ -42,7 +46,8 @@ from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
 from qlsched.tools.bench.steady import steady
-from qlsched.tools.bench.targets import targets
+from qlsched.tools.bench.sweep import SweepReport, sweep
+from qlsched.tools.bench.targets import on_time_targets, publish_load_targets, targets
 from qlsched.tools.bench.worker import worker_throughput
 
 T = TypeVar("T")
@@ -69,20 +74,7 @@ async def run_bench(
     started = time.monotonic()
     load_start = machine_facts.load()
     cpu_start = machine_facts.cpu_times()
-    async with open_database(
-        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
-    ) as db:
-        session = BenchSession(
-            options=options,
-            db=db,
-            runtime_dsn=target.runtime_dsn,
-            observer_dsn=target.observer_dsn,
-            worker_dsn=target.worker_dsn,
-            fleet=fleet,
-            workdir=workdir,
-            pgbench=target.pgbench,
-            started=started,
-        )
+    async with _session(target, options, fleet=fleet, workdir=workdir, started=started) as session:
         facts = await session.call(bench_data.server_facts)
         session.note(
             f"PostgreSQL {facts.version}; {options.triggers:,} triggers, {options.replicas} "
@@ -102,8 +94,10 @@ async def run_bench(
         tick = await timed("same_tick", same_tick(session))
         work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
+        punctual = await timed("on_time", on_time(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
+        under_load = await timed("publish_load", publish_under_load(session))
         cost = await timed("costs", costs(session, keep_history=True))
         observed = await timed(
             "observe",
@@ -156,15 +150,52 @@ async def run_bench(
             costs=cost,
             publishing=published,
         )
+        | publish_load_targets(under_load)
+        | on_time_targets(punctual)
         | observe_targets(observed)
         | ({} if big is None else scale_targets(big)),
         observe=observed,
         scale=big,
         publish=published,
+        publish_under_load=under_load,
+        on_time=punctual,
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
+        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady, punctual)
+        and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )
+
+
+async def run_sweep_bench(
+    target: Target, options: BenchOptions, counts: list[int], *, fleet: Fleet, workdir: Path
+) -> SweepReport:
+    """``--sweep``: the burst drain and its ceiling at each replica count (``sweep``)."""
+    started = time.monotonic()
+    async with _session(target, options, fleet=fleet, workdir=workdir, started=started) as session:
+        facts = await session.call(bench_data.server_facts)
+        session.note(f"PostgreSQL {facts.version}; sweep {counts} over {options.triggers:,}")
+        return await sweep(session, counts, max_replicas=max(counts))
+
+
+@contextlib.asynccontextmanager
+async def _session(
+    target: Target, options: BenchOptions, *, fleet: Fleet, workdir: Path, started: float
+) -> AsyncIterator[BenchSession]:
+    """A bench session on the target's superuser pool (opened here, closed on exit)."""
+    async with open_database(
+        target.superuser_dsn, max_size=2, application_name="qlsched-bench"
+    ) as db:
+        yield BenchSession(
+            options=options,
+            db=db,
+            runtime_dsn=target.runtime_dsn,
+            observer_dsn=target.observer_dsn,
+            worker_dsn=target.worker_dsn,
+            fleet=fleet,
+            workdir=workdir,
+            pgbench=target.pgbench,
+            started=started,
+        )

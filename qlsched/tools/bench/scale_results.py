@@ -36,6 +36,9 @@ class ObserveResult(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /v1/schedules`` pages of 1,000 rows at cursors spread over the key space."""
     due_backlog: int
     due_backlog_capped: bool
+    dashboard: dict[str, EndpointTiming] = {}
+    """``qlsched ui``'s pages (its own process, observer role) by name: overview, schedules,
+    one schedule, runs, one Run, requests, audit (``observe_ui.pages``)."""
 
 
 class Progress(msgspec.Struct, frozen=True):

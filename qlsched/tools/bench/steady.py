@@ -10,6 +10,8 @@ finish, then stop; exactly once is audited from each trigger's first cursor.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import msgspec
 import trio
 
@@ -43,10 +45,15 @@ def expected_occurrences(n: int, first_ms: int, end_ms: int) -> int:
 
 
 async def steady(
-    session: BenchSession, *, triggers: int | None = None, seconds: int | None = None
+    session: BenchSession,
+    *,
+    triggers: int | None = None,
+    seconds: int | None = None,
+    during: Callable[[], Awaitable[None]] | None = None,
 ) -> SteadyResult:
     """``triggers`` and ``seconds`` instead of ``--triggers`` and ``--seconds``
-    (``hundredfold``'s 100,000 triggers for a minute)."""
+    (``hundredfold``'s 100,000 triggers for a minute); ``during`` runs beside the replicas
+    once the window has begun (the publish-under-load phase's large publish)."""
     o = session.options
     n = triggers or o.triggers
     if seconds is not None:
@@ -79,11 +86,15 @@ async def steady(
 
     now = await session.db_now_ms()
     finish = trio.current_time() + (end + SETTLE_MS + o.replica.cadence_ms - now) / 1000
-    while trio.current_time() < finish:
-        await trio.sleep(min(PROGRESS_S, max(0.0, finish - trio.current_time())))
-        check_alive(replicas)
-        if trio.current_time() < finish:
-            session.note(f"steady: {await session.call(count):,} admitted so far")
+    async with trio.open_nursery() as nursery:
+        if during is not None:
+            await trio.sleep(max(0.0, (start - now) / 1000) + LEAD_MS / 1000)
+            nursery.start_soon(during)
+        while trio.current_time() < finish:
+            await trio.sleep(min(PROGRESS_S, max(0.0, finish - trio.current_time())))
+            check_alive(replicas)
+            if trio.current_time() < finish:
+                session.note(f"steady: {await session.call(count):,} admitted so far")
     after = await session.admit_counts(replicas)
     retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)

@@ -12,6 +12,9 @@ from typing import IO, TypeVar
 
 import msgspec
 import trio
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
 from qlsched.postgres.pool import Connection, Database
 from qlsched.tools.demo.plan import MONITOR_PERIOD_S, Plan
@@ -31,34 +34,45 @@ T = TypeVar("T")
 
 
 class Screen:
-    """Progress on stdout: a small table redrawn in place on a terminal, plain lines else."""
+    """Progress on stdout: a small table redrawn in place on a terminal (rich's ``Live``),
+    plain lines otherwise. ``Live`` is refreshed only when the monitor draws (no thread of
+    its own), and lines that stay (events) are printed above it."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
         self.tty = stream.isatty()
-        self._drawn = 0
+        self._console = Console(file=stream, highlight=False)
+        self._live: Live | None = None
 
     def note(self, text: str) -> None:
         """A line that stays (events), printed above the live table."""
-        self._erase()
-        print(text, file=self.stream, flush=True)
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def live(self, lines: list[str], plain: str) -> None:
         if not self.tty:
             print(plain, file=self.stream, flush=True)
             return
-        self._erase()
-        self.stream.write("\n".join(lines) + "\n")
-        self.stream.flush()
-        self._drawn = len(lines)
+        table = Text("\n".join(lines))
+        if self._live is None:
+            self._live = Live(
+                table,
+                console=self._console,
+                auto_refresh=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start(refresh=True)
+        else:
+            self._live.update(table, refresh=True)
 
     def done(self) -> None:
-        self._drawn = 0  # the last table stays on screen
-
-    def _erase(self) -> None:
-        if self.tty and self._drawn:
-            self.stream.write(f"\x1b[{self._drawn}F\x1b[J")
-            self._drawn = 0
+        """Stop redrawing; the last table stays on screen."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
 
 
 class Fate(msgspec.Struct, frozen=True):

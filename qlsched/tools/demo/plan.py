@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from qlsched.postgres.migrate import RoleTimeouts
+from qlsched.postgres.timeouts import RoleTimeouts
 
 CADENCE_MS = 250
 STOP_TIMEOUT_MS = 2_000

@@ -17,6 +17,19 @@ def summary(
     w: Window, report: VerifyReport, stop_problems: list[str], source: str, triggers: int
 ) -> list[str]:
     """What a newcomer reads at the end: what happened, per replica, per trigger, verdict."""
+    out = _what_happened(w, source, triggers) + _replicas(w) + _per_trigger(report)
+    out += _verified(report, stop_problems)
+    verdict = "exactly once held" if report.ok else "EXACTLY ONCE VIOLATED"
+    taken = sum(1 for h in w.held.values() if h.fate.taken_over)
+    out += [
+        "",
+        f"RESULT: {verdict}: {len(report.duplicates)} duplicates, {len(report.lost)} lost, "
+        f"{report.runs} runs, {plural(taken, 'takeover')} after the crash.",
+    ]
+    return out
+
+
+def _what_happened(w: Window, source: str, triggers: int) -> list[str]:
     plan, victim = w.plan, w.victim
     out = ["", "What happened"]
     out += wrap(
@@ -32,8 +45,11 @@ def summary(
         )
         for (project_id, trigger_id), h in sorted(w.held.items()):
             out += wrap(f"{project_id}/{trigger_id}: {h.fate.text}", "    ", "  ")
+    return out
 
-    out += ["", "Replicas (each a `python -m qlsched run` process)"]
+
+def _replicas(w: Window) -> list[str]:
+    out = ["", "Replicas (each a `python -m qlsched run` process)"]
     for r in w.fleet.replicas:
         ended = r.ended
         if r.killed_at_s is not None:
@@ -47,8 +63,11 @@ def summary(
         "They compete for every due row (FOR UPDATE SKIP LOCKED): whichever round comes first "
         "claims it, so the split is uneven by nature."
     )
+    return out
 
-    out += ["", "Per trigger (the occurrences core computes from its first cursor to its current)"]
+
+def _per_trigger(report: VerifyReport) -> list[str]:
+    out = ["", "Per trigger (the occurrences core computes from its first cursor to its current)"]
     out.append(
         f"  {'trigger':<22} {'cron':<14} {'misfire (grace)':<17} {'expected':>8} {'runs':>5} "
         f"{'coalesced':>9} {'skipped':>7} {'lost':>5}"
@@ -60,8 +79,11 @@ def summary(
             f"  {name[:22]:<22} {t.cron[:14]:<14} {policy[:17]:<17} {t.occurrences:>8} "
             f"{t.runs:>5} {t.coalesced:>9} {t.skipped:>7} {t.lost:>5}"
         )
+    return out
 
-    out += ["", "Verified from the database (observer role, one snapshot)"]
+
+def _verified(report: VerifyReport, stop_problems: list[str]) -> list[str]:
+    out = ["", "Verified from the database (observer role, one snapshot)"]
     out.append(f"  {len(report.duplicates)} duplicates   (occurrences with more than one Run)")
     out.append(f"  {len(report.lost)} lost         (occurrences with no Run and not counted)")
     out += wrap(
@@ -88,12 +110,4 @@ def summary(
         out.append(f"    run {p.run_id}: {p.problem}")
     for note in stop_problems:
         out += wrap(f"note: {note}")
-
-    verdict = "exactly once held" if report.ok else "EXACTLY ONCE VIOLATED"
-    taken = sum(1 for h in w.held.values() if h.fate.taken_over)
-    out += [
-        "",
-        f"RESULT: {verdict}: {len(report.duplicates)} duplicates, {len(report.lost)} lost, "
-        f"{report.runs} runs, {plural(taken, 'takeover')} after the crash.",
-    ]
     return out

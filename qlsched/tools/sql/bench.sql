@@ -156,3 +156,15 @@ SELECT pg_catalog.count(*)::bigint AS runs,
        pg_catalog.max(r.queued_at_ms - r.scheduled_for_ms) AS lag_max_ms
   FROM qlsched.runs AS r
  WHERE r.scheduled_for_ms BETWEEN $1::bigint AND $2::bigint;
+
+-- name: bench_missed_totals
+-- Occurrences of project $1's triggers skipped or coalesced so far (summed counters).
+SELECT COALESCE(pg_catalog.sum(s.skipped_total + s.coalesced_total), 0)::bigint
+  FROM qlsched.trigger_schedules AS s
+ WHERE s.project_id = $1;
+
+-- name: bench_initialised
+-- Project $1's schedule rows with a cursor (initialised).
+SELECT pg_catalog.count(*)::bigint
+  FROM qlsched.trigger_schedules AS s
+ WHERE s.project_id = $1 AND s.next_fire_at_ms IS NOT NULL;

@@ -1,0 +1,437 @@
+"""One bounded round over the store port, for both profiles: claim, decide, write.
+
+The cluster (``cluster.coordinator``, PostgreSQL, leases) and the Edge (``edge.scheduler``,
+one SQLite file, no lease) run this same engine; they differ only in how a round's writes
+reach the store. With leases, each claim is settled in its own task and the Fires are
+admitted in one batch while the lease holds (below). Without leases the store writes the
+whole round in one transaction (``RoundWriter.commit``: the Fires' Runs with their cursors,
+then the initializes and skips), and a claim not due is left as it is (a claim wrote
+nothing, so there is nothing to release). Either way the outcomes are tallied by one
+``_count`` over the closed outcome union (``assert_never``) into one ``RoundStats``.
+
+Authority: the database decides who holds a row (the claim fence) and what time it is (each
+claim carries the database time it was taken, the ``now`` of its decision). This module only
+computes and drives the ``ScheduleStore`` port; it reads no clock of its own except Trio's,
+for the round's duration.
+
+Invariants of a round:
+
+- exactly one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the claim budget
+  (hard cap 256);
+- each claim is settled in its own task in a nursery the round opens, so the round returns
+  only when every claim task has ended: rounds cannot overlap by construction;
+- Run and Attempt ids are minted (``keys.fire_request``) only for a ``Fire`` decision;
+- the round's Fires are admitted together in at most one ``store.admit`` call, after the
+  nursery has ended (batch admission, docs/contract.md §5);
+- a claim task catches ``Exception`` at its top and reports a diagnostic (class name and
+  SQLSTATE only, never the message); ``Cancelled`` and other ``BaseException`` pass;
+- when the lifecycle is stopping, a claim not yet decided is released under its fence
+  instead of being decided.
+
+A claim the round could not settle (an exception, an unusable spec, a digest that does not
+verify, an unknown commit) is left to expire: one lease is the natural back-off, and any
+replica that later claims the row decides the same occurrence under the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Generic, Protocol, TypeVar, assert_never
+
+import trio
+
+from qlsched.core.decide import decide
+from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
+from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.keys import fire_request
+from qlsched.core.lease import round_outlived_lease
+from qlsched.core.outcomes import (
+    Admitted,
+    AlreadyAdmitted,
+    CommitUnknown,
+    Decision,
+    DigestInvalid,
+    FenceLost,
+    Fire,
+    Inactive,
+    Initialize,
+    Initialized,
+    NotDue,
+    Outcome,
+    Released,
+    RetryExhausted,
+    RevisionChanged,
+    Skip,
+    Skipped,
+    StoreFailed,
+    outcome_code,
+)
+from qlsched.core.spec_cache import InvalidSpec, SpecCache
+from qlsched.core.store import RoundWriter, ScheduleStore, Settle
+from qlsched.engine.stats import RoundCounts, RoundStats
+
+SPEC_CACHE_SIZE: Final = 4096
+"""Parsed trigger specs kept, keyed by what a spec is built from (``Claim.spec_key``), not
+by trigger revision: triggers that share an expression share one parse."""
+
+# Diagnostic (and ``errors`` / metric label) codes raised by the coordinator itself; store
+# outcomes that need an operator's eye use their outcome tag as the code.
+CLAIM_FAILED: Final = "claim_task_failed"
+SPEC_INVALID: Final = "spec_invalid"
+ADMIT_FAILED: Final = "admit_error"
+ADMIT_MISMATCH: Final = "admit_mismatch"
+LEASE_OVERRUN: Final = "lease_overrun"
+
+
+class _Release:
+    """A claim to hand back undecided (the lifecycle is stopping)."""
+
+
+RELEASE: Final = _Release()
+
+
+class RoundMetrics(Protocol):
+    """What a round feeds its profile's metrics."""
+
+    def observe_round(self, stats: RoundStats) -> None: ...
+
+    def observe_lag_ms(self, from_due_ms: int, from_scheduled_ms: int) -> None: ...
+
+    def count_refused(self, outcome: str, part: str) -> None: ...
+
+
+class RequestPass(Protocol):
+    """Trigger-now and backfill requests, served after the schedule rows each round."""
+
+    async def run(self, stop: trio.Event | None) -> object: ...
+
+
+M = TypeVar("M", bound=RoundMetrics)
+
+
+class RoundEngine(Generic[M]):
+    """Runs bounded rounds against one store for one scheduler (``owner``).
+
+    Ownership: holds no task and no nursery between rounds; ``run_round`` opens and closes
+    its own. The spec cache is the only state that outlives a round. The caller runs
+    ``run_round`` sequentially; calling it concurrently is allowed by the store protocol but
+    defeats the budget.
+
+    ``writer`` (the Edge: a store without leases) writes each round in one transaction;
+    without it (the cluster) claims are settled one by one and the Fires admitted in a batch
+    within the lease. ``owner``, ``budget`` and ``lease_ms`` are trusted: validated where
+    they entered (``Config``, ``EdgeSettings``).
+    """
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        *,
+        owner: str,
+        budget: int,
+        lease_ms: int,
+        sink: DiagnosticSink,
+        metrics: M,
+        spec_cache_size: int = SPEC_CACHE_SIZE,
+        requests: RequestPass | None = None,
+        writer: RoundWriter | None = None,
+    ) -> None:
+        self._store = store
+        self._writer = writer
+        self._owner = owner
+        self._lease_ms = lease_ms
+        self._budget = budget
+        self._round_budget = self._budget
+        """Halved after a round that outlived its lease, doubled back after one that did
+        not: a round too slow for its lease claims less instead of failing the same way."""
+        self._specs = SpecCache(spec_cache_size)
+        self.sink: Final = sink
+        self.metrics: Final = metrics
+        self.requests: Final = requests
+        """Trigger-now and backfill requests, served after the schedule rows each round."""
+
+    @property
+    def budget(self) -> int:
+        """Rows claimed per round at most (1..256, checked where the setting entered)."""
+        return self._budget
+
+    async def run_round(self, stop: trio.Event | None = None) -> RoundStats:
+        """Claim up to the budget, settle every claim, admit the Fires in one batch.
+
+        Args:
+            stop: set by the lifecycle when stopping. Set on entry: nothing is claimed. Set
+                while the claim statement runs: that statement completes (its rows would
+                otherwise be stranded for a whole lease) and every claim it returned is
+                released undecided under its fence.
+
+        Returns:
+            The round's counts. They are also added to the metrics, even when the round is
+            cut short by cancellation or an exception.
+
+        Raises:
+            Whatever ``store.claim`` raises (the lifecycle reports it as a round failure).
+            Failures after the claim are reported per claim and never raised.
+
+        Cancellation:
+            Safe at any point: a claim whose write was cut is left to expire. The caller's
+            cancel scope bounds the whole round (the stop deadline).
+        """
+        budget = self._round_budget
+        if stop is not None and stop.is_set():
+            return RoundStats(budget=budget, stopping=True)
+        started = trio.current_time()
+        tally = RoundCounts()
+        try:
+            claims = await self._store.claim(self._owner, budget, self._lease_ms)
+            tally.claimed = len(claims)
+            # A store that reads the next due time with its claim (PostgreSQL's) says it.
+            hint = getattr(self._store, "next_due_in_ms", None)
+            tally.next_due_in_ms = hint if isinstance(hint, int) else None
+            tally.stopping = stop is not None and stop.is_set()
+            if self._writer is not None:
+                await self._write_round(self._writer, claims, tally)
+            else:
+                # Every claim is decided first (pure, no I/O): the round's Fires go to their
+                # admit at once, beside the other claims' writes (Initialize, Skip, release
+                # on their own pool), instead of after them. Rejected: admitting after every
+                # write, which made due rows wait on a large publish's Initializes.
+                decided = [(claim, self._decide_or_report(claim, stop, tally)) for claim in claims]
+                fires: list[FireRequest] = []
+                for claim, decision in decided:
+                    if isinstance(decision, Fire):
+                        fires.append(fire_request(claim, decision))
+                        tally.fired += 1
+                async with trio.open_nursery() as nursery:
+                    if fires:
+                        nursery.start_soon(self._admit_in_lease, fires, tally, started)
+                    for claim, decision in decided:
+                        if not isinstance(decision, Fire):
+                            nursery.start_soon(self._settle, claim, decision, tally)
+            if self.requests is not None:
+                await self.requests.run(stop)
+        finally:
+            duration_ms = (trio.current_time() - started) * 1000
+            stats = RoundStats.freeze(tally, budget, duration_ms)
+            self.metrics.observe_round(stats)
+        return stats
+
+    def _decide(self, claim: Claim) -> Decision | None:
+        """The claim's decision, or None when its spec cannot be built (reported, counted,
+        and the claim left as it is: released, it would be due again at once and, ordered
+        first, would take the budget from valid rows every round)."""
+        spec = self._specs.get(claim)
+        if isinstance(spec, InvalidSpec):
+            self._tally_invalid(claim, spec)
+            return None
+        return decide(spec, claim.cursor_ms, claim.claimed_at_ms, claim.jitter)
+
+    def _tally_invalid(self, claim: Claim, spec: InvalidSpec) -> None:
+        self._emit(SPEC_INVALID, claim, at_ms=claim.claimed_at_ms, exception=spec.exception)
+
+    async def _write_round(
+        self, writer: RoundWriter, claims: Sequence[Claim], tally: RoundCounts
+    ) -> None:
+        """Decide every claim, then write the round in one transaction (no lease to keep).
+
+        Raises:
+            Whatever ``writer.commit`` raises: nothing of the round was written.
+        """
+        fires: list[FireRequest] = []
+        settles: list[Settle] = []
+        for claim in claims:
+            decision = self._decide(claim)
+            match decision:
+                case None:
+                    tally.count_error(SPEC_INVALID)
+                case Fire():
+                    fires.append(fire_request(claim, decision))
+                    tally.fired += 1
+                case Initialize() | Skip():
+                    settles.append((claim, decision))
+                case NotDue():
+                    tally.not_due += 1  # a claim is a read: nothing to release
+                case _:
+                    assert_never(decision)
+        if not fires and not settles:
+            return
+        outcomes = await writer.commit(fires, settles)
+        self._tally_admits(fires, outcomes[: len(fires)], tally)
+        for outcome in outcomes[len(fires) :]:
+            self._count(outcome, tally)
+
+    def _decide_or_report(
+        self, claim: Claim, stop: trio.Event | None, tally: RoundCounts
+    ) -> Decision | _Release | None:
+        """The claim's decision; ``RELEASE`` when the lifecycle is stopping (released
+        undecided); None when it cannot be decided (reported and counted, left to expire)."""
+        if stop is not None and stop.is_set():
+            tally.released_on_stop += 1
+            return RELEASE
+        try:
+            decision = self._decide(claim)
+        except Exception as exc:
+            self._claim_failed(claim, exc, tally)
+            return None
+        if decision is None:
+            # Left to expire rather than released (``_decide``).
+            tally.count_error(SPEC_INVALID)
+        return decision
+
+    async def _settle(
+        self, claim: Claim, decision: Decision | _Release | None, tally: RoundCounts
+    ) -> None:
+        """Write one claim's decision other than a Fire (those go to the round's admit)."""
+        try:
+            match decision:
+                case None:
+                    return
+                case _Release():
+                    outcome = await self._store.release(claim)
+                case Initialize():
+                    outcome = await self._store.initialize(claim, decision)
+                case NotDue():
+                    tally.not_due += 1
+                    outcome = await self._store.release(claim)
+                case Fire():
+                    return  # admitted with the round's batch
+                case Skip():
+                    outcome = await self._store.skip(claim, decision)
+                case _:
+                    assert_never(decision)
+            self._count(outcome, tally)
+        except Exception as exc:
+            self._claim_failed(claim, exc, tally)
+
+    def _claim_failed(self, claim: Claim, exc: Exception, tally: RoundCounts) -> None:
+        tally.count_error(CLAIM_FAILED)
+        self.sink.emit(
+            from_exception(
+                CLAIM_FAILED,
+                exc,
+                replica=self._owner,
+                at_ms=claim.claimed_at_ms,
+                project_id=claim.project_id,
+                trigger_id=claim.trigger_id,
+            )
+        )
+
+    async def _admit_in_lease(
+        self, fires: list[FireRequest], tally: RoundCounts, started: float
+    ) -> None:
+        """Admit the round's Fires, unless the round has outlived its lease: then let the
+        claims go (they expire; the next claimer decides the same occurrences) and claim
+        less next time, instead of sending an admit whose every fence fails."""
+        if round_outlived_lease(trio.current_time() - started, self._lease_ms):
+            tally.count_error(LEASE_OVERRUN)
+            self.sink.emit(Diagnostic(code=LEASE_OVERRUN, replica=self._owner, count=len(fires)))
+            self._round_budget = max(1, self._round_budget // 2)
+            return
+        await self._admit(fires, tally)
+        self._round_budget = min(self._budget, self._round_budget * 2)
+
+    async def _admit(self, fires: list[FireRequest], tally: RoundCounts) -> None:
+        try:
+            outcomes = await self._store.admit(fires)
+        except Exception as exc:
+            # The store reports every expected failure as an outcome; an exception here is
+            # a bug or an unclassified boundary failure. Nothing is retried: the claims
+            # expire and the next claimer admits the same occurrences under the same keys.
+            tally.count_error(ADMIT_FAILED)
+            self.sink.emit(from_exception(ADMIT_FAILED, exc, replica=self._owner, count=len(fires)))
+            return
+        self._tally_admits(fires, outcomes, tally)
+
+    def _tally_admits(
+        self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome], tally: RoundCounts
+    ) -> None:
+        """Count the Fires' outcomes (one per Fire, in order) and their Runs' lag."""
+        if len(outcomes) != len(fires):
+            tally.count_error(ADMIT_MISMATCH)
+            self.sink.emit(Diagnostic(code=ADMIT_MISMATCH, replica=self._owner, count=len(fires)))
+            return
+        for fire, outcome in zip(fires, outcomes, strict=True):
+            if isinstance(outcome, AlreadyAdmitted):
+                tally.coalesced += fire.coalesced
+            if isinstance(outcome, Admitted):
+                tally.coalesced += fire.coalesced
+                self.metrics.observe_lag_ms(
+                    outcome.admitted_at_ms - outcome.scheduled_for_ms - fire.jitter_offset_ms,
+                    outcome.admitted_at_ms - outcome.scheduled_for_ms,
+                )
+            self._count(outcome, tally)
+
+    def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
+        """Tally one store outcome; report those an operator must see."""
+        match outcome:
+            case Admitted():
+                tally.admitted += 1
+            case AlreadyAdmitted():
+                # Reported by the store (a diagnostic and the row's count); nothing heals.
+                tally.already_admitted += 1
+            case Initialized():
+                tally.initialized += 1
+            case Skipped(skipped=skipped):
+                tally.skipped += 1
+                tally.skipped_occurrences += skipped
+            case Released():
+                tally.released += 1
+            case FenceLost(part=part):
+                # A lost race is normal operation (a takeover after expiry, a re-publish):
+                # counted by part, not reported.
+                tally.fence_lost[part] = tally.fence_lost.get(part, 0) + 1
+            case RevisionChanged(part=part):
+                # A trigger or cursor change is a re-publish racing this round: it heals.
+                # A task or execution pin that moved without its trigger does not.
+                tally.revision_changed += 1
+                if part in ("task", "execution"):
+                    self._refused(outcome, part)
+            case Inactive(reason=reason):
+                tally.inactive += 1
+                self._refused(outcome, reason)
+            case DigestInvalid(part=part):
+                tally.digest_invalid += 1
+                self._refused(outcome, part)
+            case CommitUnknown(exception=exception):
+                tally.commit_unknown += 1
+                self._emit(outcome_code(outcome), outcome, exception=exception)
+            case RetryExhausted(attempts=attempts, sqlstate=sqlstate):
+                tally.retry_exhausted += 1
+                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, count=attempts)
+            case StoreFailed(sqlstate=sqlstate, exception=exception):
+                tally.store_failed += 1
+                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, exception=exception)
+            case _:
+                assert_never(outcome)
+
+    def _refused(self, outcome: RevisionChanged | Inactive | DigestInvalid, part: str) -> None:
+        """An admit refused for a reason that does not heal by itself, until an operator
+        re-publishes: a diagnostic naming it, and a metric by outcome and part."""
+        code = outcome_code(outcome)
+        self.metrics.count_refused(code, part)
+        self._emit(code, outcome, part=part)
+
+    def _emit(
+        self,
+        code: str,
+        about: Claim | Outcome,
+        *,
+        at_ms: int | None = None,
+        part: str | None = None,
+        sqlstate: str | None = None,
+        exception: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        """A diagnostic about one trigger (a claim of it, or a store outcome for it)."""
+        self.sink.emit(
+            Diagnostic(
+                code=code,
+                replica=self._owner,
+                at_ms=at_ms,
+                project_id=about.project_id,
+                trigger_id=about.trigger_id,
+                part=part,
+                sqlstate=sqlstate,
+                exception=exception,
+                count=count,
+            )
+        )

@@ -1,0 +1,161 @@
+"""Ctrl-C and SIGTERM at any moment (README "Exit codes"): every command stops within a
+bound, never with a traceback, and never leaves the local database's start lock held.
+
+Each test interrupts real ``qlsched`` processes at random points (a seeded generator, a
+bounded count), once or twice in quick succession, as an operator's impatient Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster_support import publish_triggers, trigger
+from tests.integration.schema_support import clean_env, run_cli
+from tests.support.pg import TestDatabase
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+STOP_BOUND_S = 10.0
+"""How long a command may take to end after the last signal (stop_timeout_ms is 2 s here)."""
+
+
+def _interrupt(
+    argv: list[str],
+    *,
+    after_s: float,
+    second_after_s: float | None,
+    sig: int,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, float]:
+    """Start ``qlsched ARGV``, send ``sig`` after ``after_s`` (and again after
+    ``second_after_s``); return its exit code, stderr and the seconds it took to end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "qlsched", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env if env is not None else clean_env(None),
+        cwd=REPO,
+    )
+    try:
+        time.sleep(after_s)
+        process.send_signal(sig)
+        if second_after_s is not None:
+            time.sleep(second_after_s)
+            if process.poll() is None:
+                process.send_signal(sig)
+        sent = time.monotonic()
+        try:
+            _, err = process.communicate(timeout=STOP_BOUND_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+            return -1, err, time.monotonic() - sent
+        return process.returncode, err, time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _assert_clean(label: str, code: int, err: str, took: float) -> None:
+    assert code != -1, f"{label}: still running {took:.1f} s after the signal:\n{err}"
+    assert "Traceback" not in err, f"{label}:\n{err}"
+    assert code in (0, 1, 3, 130), f"{label}: exit {code}:\n{err}"
+    assert all(line.startswith("qlsched") for line in err.splitlines()), f"{label}:\n{err}"
+
+
+def test_run_stops_cleanly_on_signals_at_random_moments(pg_db: TestDatabase) -> None:
+    """Rule: ``run`` sent SIGINT (once, or twice 0-80 ms apart) or SIGTERM at a random
+    moment from its start-up to its rounds ends within the bound, with exit 0 (or 3 at the
+    deadline, 130 when the interrupt came before its handlers) and ``qlsched run:`` lines
+    only: no traceback, no exception group."""
+    import trio
+
+    trio.run(publish_triggers, pg_db, [trigger(f"t{i}", cron="* * * * * *") for i in range(3)])
+    rng = random.Random(31)
+    argv = ["run", "--dsn", pg_db.runtime_dsn, "--cadence-ms", "100", "--stop-timeout-ms", "2000"]
+    for i in range(10):
+        sig = signal.SIGTERM if i % 5 == 4 else signal.SIGINT
+        second = rng.uniform(0, 0.08) if i % 2 == 0 else None
+        after = rng.uniform(0.05, 2.5)
+        code, err, took = _interrupt(
+            [*argv, "--summary", "0"], after_s=after, second_after_s=second, sig=sig
+        )
+        _assert_clean(f"try {i}: {sig.name} at {after:.2f} s (second {second})", code, err, took)
+
+
+def _lock_is_free(data_dir: Path) -> bool:
+    path = data_dir.parent / f".{data_dir.name}.lock"
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.fixture
+def local_parent() -> Iterator[Path]:
+    """A directory for fresh local data directories; their servers are stopped at the end."""
+    # Not tmp_path: pytest's base directory is 0700, which the server user cannot pass.
+    parent = Path(tempfile.mkdtemp(prefix="qlsched-intr-"))
+    parent.chmod(0o755)
+    try:
+        yield parent
+    finally:
+        for data_dir in parent.glob("pgdata*"):
+            run_cli(["local", "stop"], env=_local_env(data_dir), timeout=120)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _local_env(data_dir: Path) -> dict[str, str]:
+    extra = {"QLSCHED_DATA_DIR": str(data_dir)}
+    if os.environ.get("QLSCHED_TEST_PG_BINDIR"):
+        extra["QLSCHED_PG_BINDIR"] = os.environ["QLSCHED_TEST_PG_BINDIR"]
+    return clean_env(extra)
+
+
+def test_a_first_start_interrupted_anywhere_frees_the_lock_and_recovers(
+    local_parent: Path,
+) -> None:
+    """Rule: ``publish`` with no DSN, interrupted (SIGINT, twice, or SIGTERM) at a random
+    moment of the local database's first start (initdb, the server's start, the database's
+    initialisation, the publish) in a fresh data directory, ends within the bound with one
+    line and no traceback, and leaves the start lock free; the next ``publish`` on that
+    directory then completes (exit 0), whatever state the interrupted one left."""
+    rng = random.Random(3131)
+    publish = ["publish", str(REPO / "examples" / "triggers.toml")]
+    for i in range(4):
+        data_dir = local_parent / f"pgdata{i}"
+        env = _local_env(data_dir)
+        sig = signal.SIGTERM if i % 3 == 2 else signal.SIGINT
+        second = rng.uniform(0, 0.08) if i % 2 == 1 else None
+        after = rng.uniform(0.2, 2.5)
+        label = f"try {i}: {sig.name} at {after:.2f} s (second {second})"
+        code, err, took = _interrupt(
+            publish, after_s=after, second_after_s=second, sig=sig, env=env
+        )
+        _assert_clean(label, code, err, took)
+        assert _lock_is_free(data_dir), label
+        again = run_cli(publish, env=env, timeout=120)
+        assert again.returncode == 0, (label, again.stderr)
+        run_cli(["local", "stop"], env=env, timeout=120)
