@@ -141,9 +141,10 @@ class _Worker:
                     self.metrics.unknown()
                     self.log(f"run {run.run_id}: finish commit_unknown ({name}); not re-sent")
         except Exception as exc:
-            if not is_database_error(exc):
-                raise
-            self.log(f"run {run.run_id}: {describe_database_error(exc)}; its lease will expire")
+            # One job's failure never stops the others: logged (no message text, which may
+            # echo data), its lease left to expire.
+            why = describe_database_error(exc) if is_database_error(exc) else type(exc).__name__
+            self.log(f"run {run.run_id}: {why}; its lease will expire")
         finally:
             self.running -= 1
             self.slot_freed.set()

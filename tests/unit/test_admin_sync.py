@@ -5,12 +5,13 @@ from __future__ import annotations
 import inspect
 
 from qlsched import admin
-from qlsched.admin import requests, runs, schedules, sync
+from qlsched.admin import aio, requests, runs, schedules, sync
 
 
 def test_every_async_admin_function_has_a_blocking_twin_of_the_same_signature() -> None:
     """A script calls ``qlsched.admin.sync.X`` with the arguments ``await qlsched.admin.X``
-    takes, and reads the same docstring; a new async function without a twin fails here."""
+    takes, and reads the same docstring; so does ``await qlsched.admin.aio.X`` from a running
+    asyncio loop; a new async function without both twins fails here."""
     async_functions = {
         name: fn
         for module in (schedules, requests, runs)
@@ -23,5 +24,11 @@ def test_every_async_admin_function_has_a_blocking_twin_of_the_same_signature() 
     for name, fn in async_functions.items():
         twin = getattr(sync, name)
         assert not inspect.iscoroutinefunction(twin)
+        assert inspect.signature(twin) == inspect.signature(fn), name
+        assert twin.__doc__ == fn.__doc__
+    assert set(async_functions) == set(aio.__all__)
+    for name, fn in async_functions.items():
+        twin = getattr(aio, name)
+        assert inspect.iscoroutinefunction(twin), name
         assert inspect.signature(twin) == inspect.signature(fn), name
         assert twin.__doc__ == fn.__doc__

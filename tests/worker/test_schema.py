@@ -64,19 +64,21 @@ def test_the_worker_cannot_leave_its_part(pg_db: TestDatabase, sql: str) -> None
 async def test_a_database_with_runs_upgrades_and_its_runs_are_worked(
     pg_cluster: PgCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rule: a database at migration 0008 holding queued Runs takes 0010 in place: it is
-    ready, the old Runs stay pristine for recovery, and a worker claims and finishes them."""
-    schema_ending_at(8, tmp_path / "postgres", monkeypatch)
+    """Rule: a database at the migration before 0010 holding queued Runs (admitted by this
+    version's scheduler) takes 0010 in place: it is ready, the old Runs stay pristine for
+    recovery, and a worker claims and finishes them."""
+    before = max(m.version for m in load_migrations() if m.version < 10)
+    schema_ending_at(before, tmp_path / "postgres", monkeypatch)
     with empty_database(pg_cluster, "qlwup") as name:
         su = pg_cluster.dsn(name)
         old = await trio.to_thread.run_sync(sql_run, su, migrate)
-        assert old.applied[-1].startswith("0008_")
+        assert old.applied[-1].startswith(f"{before:04d}_")
         db = TestDatabase(pg_cluster, name)
         async with open_env(db) as env:
             runs = await admitted(env, 2)
             monkeypatch.undo()
             upgrade = await trio.to_thread.run_sync(sql_run, su, migrate)
-            assert upgrade.applied == [m.name for m in load_migrations() if m.version > 8]
+            assert upgrade.applied == [m.name for m in load_migrations() if m.version > before]
             assert "0010_worker.sql" in upgrade.applied
             report = await trio.to_thread.run_sync(readiness, db.runtime_dsn)
             assert report.ready, report.findings
