@@ -27,6 +27,7 @@ from qlsched.tools.bench import machine as machine_facts
 from qlsched.tools.bench.ceiling import ceiling
 from qlsched.tools.bench.costs import LIVE_ATTEMPTS, costs
 from qlsched.tools.bench.drain import burst, same_tick
+from qlsched.tools.bench.flood import CLIENTS as FLOOD_CLIENTS
 from qlsched.tools.bench.hundredfold import (
     big_burst,
     big_steady,
@@ -96,6 +97,7 @@ async def run_bench(
         pair = await timed("ceiling", ceiling(session, drain.occurrences_per_s))
         tick = await timed("same_tick", same_tick(session))
         steady_result = await timed("steady", steady(session))
+        steady_http = await timed("steady_http", steady(session, http_clients=FLOOD_CLIENTS))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
         cost = await timed("costs", costs(session, keep_history=True))
@@ -134,6 +136,7 @@ async def run_bench(
         drain=drain,
         drain_same_tick=tick,
         steady=steady_result,
+        steady_http=steady_http,
         claim_latency_us=claims,
         rss_mb={r.triggers: r.rss_mb for r in rss},
         rss=rss,
@@ -157,7 +160,8 @@ async def run_bench(
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result) and scale_exactly_once(big),
+        exactly_once=exactly_once(drain, tick, steady_result, steady_http)
+        and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )

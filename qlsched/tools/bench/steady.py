@@ -16,6 +16,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
+from qlsched.tools.bench.flood import FloodCount, flood
 from qlsched.tools.bench.results import Lag, SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RunsWindow
@@ -43,10 +44,15 @@ def expected_occurrences(n: int, first_ms: int, end_ms: int) -> int:
 
 
 async def steady(
-    session: BenchSession, *, triggers: int | None = None, seconds: int | None = None
+    session: BenchSession,
+    *,
+    triggers: int | None = None,
+    seconds: int | None = None,
+    http_clients: int = 0,
 ) -> SteadyResult:
     """``triggers`` and ``seconds`` instead of ``--triggers`` and ``--seconds``
-    (``hundredfold``'s 100,000 triggers for a minute)."""
+    (``hundredfold``'s 100,000 triggers for a minute); ``http_clients`` flood the first
+    replica's /healthz through the window."""
     o = session.options
     n = triggers or o.triggers
     if seconds is not None:
@@ -79,11 +85,16 @@ async def steady(
 
     now = await session.db_now_ms()
     finish = trio.current_time() + (end + SETTLE_MS + o.replica.cadence_ms - now) / 1000
-    while trio.current_time() < finish:
-        await trio.sleep(min(PROGRESS_S, max(0.0, finish - trio.current_time())))
-        check_alive(replicas)
-        if trio.current_time() < finish:
-            session.note(f"steady: {await session.call(count):,} admitted so far")
+    flooded = FloodCount(clients=http_clients)
+    async with trio.open_nursery() as nursery:
+        if http_clients and replicas[0].http is not None:
+            nursery.start_soon(flood, replicas[0].http, flooded)
+        while trio.current_time() < finish:
+            await trio.sleep(min(PROGRESS_S, max(0.0, finish - trio.current_time())))
+            check_alive(replicas)
+            if trio.current_time() < finish:
+                session.note(f"steady: {await session.call(count):,} admitted so far")
+        nursery.cancel_scope.cancel()
     after = await session.admit_counts(replicas)
     retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
@@ -121,4 +132,8 @@ async def steady(
         ssi_retry_ratio=ratio(retries, statements),
         diagnostics=diagnostics,
         stop_problems=problems,
+        http_clients=http_clients,
+        http_answered=flooded.answered,
+        http_busy=flooded.busy,
+        http_errors=flooded.errors,
     )
