@@ -60,7 +60,8 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     the bounded backlog, the drain's progress; the worker's no-op jobs per second at
     concurrency 1 and N, every job succeeded; with ``--scale`` the big burst, on the
     observe phase's triggers, and the big steady load, audited set-based; each phase's wall
-    time), 0 duplicates and 0 lost in each drain and in steady."""
+    time), 0 duplicates and 0 lost in each drain and in steady; the steady phase again under
+    200 HTTP clients on one replica's /healthz, exactly once."""
     proc = subprocess.run(
         _command(),
         cwd=REPO,
@@ -87,6 +88,12 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
     assert set(steady["lag_ms"]) >= {"p50", "p95", "p99"}
     assert steady["duplicates"] == 0
     assert steady["lost"] == 0
+    # The same steady load again under an HTTP flood of one replica (issue #31): measured
+    # and exactly once; its answers are bounded by the request rate (qlsched.http_limits).
+    flooded = report["steady_http"]
+    assert flooded["http_clients"] == 200
+    assert flooded["http_answered"] > 0
+    assert (flooded["duplicates"], flooded["lost"]) == (0, 0)
 
     claims = report["claim_latency_us"]
     assert set(claims) == set(QUICK_ROWS)
@@ -164,6 +171,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "same_tick",
         "worker",
         "steady",
+        "steady_http",
         "on_time",
         "scale",
         "publish",

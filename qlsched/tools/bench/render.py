@@ -45,6 +45,10 @@ def _drain_lines(title: str, d: DrainResult) -> list[str]:
     return lines
 
 
+def ratio_text(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
 def render(report: BenchReport) -> str:
     """The report for a reader."""
     m, c = report.machine, report.config
@@ -91,6 +95,16 @@ def render(report: BenchReport) -> str:
     ]
     if s.diagnostics:
         out.append("  diagnostics: " + ", ".join(f"{k} x{v}" for k, v in s.diagnostics.items()))
+    h = report.steady_http
+    if h is not None:
+        out += [
+            f"steady again, {h.http_clients} HTTP clients on one replica's /healthz throughout:",
+            f"  {h.occurrences:,} of {h.expected_occurrences:,} occurrences admitted"
+            f" ({ratio_text(h.occurrences, s.occurrences)} of the idle window's);"
+            f" duplicates {h.duplicates}, lost {h.lost}",
+            f"  schedule lag {_lag(h.lag_ms)} (idle p99 {maybe(s.lag_ms.p99, '{} ms')});"
+            f" HTTP answered {h.http_answered:,}, busy {h.http_busy:,}, errors {h.http_errors:,}",
+        ]
     out += [
         "",
         f"claim latency (one statement, microseconds; k = {c.claim_limit} rows, k = 1, and a "

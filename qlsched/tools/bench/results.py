@@ -77,6 +77,11 @@ class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
     ssi_retry_ratio: float | None
     diagnostics: dict[str, int]
     stop_problems: list[str]
+    http_clients: int = 0
+    """Clients flooding one replica's /healthz through the window (0: none)."""
+    http_answered: int = 0
+    http_busy: int = 0
+    http_errors: int = 0
 
 
 class OnTimeResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -294,6 +299,8 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     drain: DrainResult
     drain_same_tick: DrainResult
     steady: SteadyResult
+    steady_http: SteadyResult | None = None
+    """The steady phase again with ``flood.CLIENTS`` clients on one replica's /healthz."""
     claim_latency_us: dict[int, dict[str, ClaimLatency]]
     """Schedule rows -> state -> latency."""
     rss_mb: dict[int, float]

@@ -30,6 +30,7 @@ from qlsched.tools.bench import machine as machine_facts
 from qlsched.tools.bench.ceiling import ceiling
 from qlsched.tools.bench.costs import LIVE_ATTEMPTS, costs
 from qlsched.tools.bench.drain import burst, same_tick
+from qlsched.tools.bench.flood import CLIENTS as FLOOD_CLIENTS
 from qlsched.tools.bench.hundredfold import (
     big_burst,
     big_steady,
@@ -94,6 +95,7 @@ async def run_bench(
         tick = await timed("same_tick", same_tick(session))
         work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
+        steady_http = await timed("steady_http", steady(session, http_clients=FLOOD_CLIENTS))
         punctual = await timed("on_time", on_time(session))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
@@ -135,6 +137,7 @@ async def run_bench(
         drain_same_tick=tick,
         worker=work,
         steady=steady_result,
+        steady_http=steady_http,
         claim_latency_us=claims,
         rss_mb={r.triggers: r.rss_mb for r in rss},
         rss=rss,
@@ -162,7 +165,9 @@ async def run_bench(
         decision_cost=cost.decision,
         recovery_cost=cost.recovery,
         readiness_cost=cost.readiness,
-        exactly_once=exactly_once(drain, tick, steady_result, under_load.steady, punctual)
+        exactly_once=exactly_once(
+            drain, tick, steady_result, steady_http, under_load.steady, punctual
+        )
         and scale_exactly_once(big),
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,

@@ -18,6 +18,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
+from qlsched.tools.bench.flood import FloodCount, flood
 from qlsched.tools.bench.results import Lag, SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT, RunsWindow
@@ -49,11 +50,13 @@ async def steady(
     *,
     triggers: int | None = None,
     seconds: int | None = None,
+    http_clients: int = 0,
     during: Callable[[], Awaitable[None]] | None = None,
 ) -> SteadyResult:
     """``triggers`` and ``seconds`` instead of ``--triggers`` and ``--seconds``
-    (``hundredfold``'s 100,000 triggers for a minute); ``during`` runs beside the replicas
-    once the window has begun (the publish-under-load phase's large publish)."""
+    (``hundredfold``'s 100,000 triggers for a minute); ``http_clients`` flood the first
+    replica's /healthz through the window; ``during`` runs beside the replicas once the
+    window has begun (the publish-under-load phase's large publish)."""
     o = session.options
     n = triggers or o.triggers
     if seconds is not None:
@@ -86,7 +89,16 @@ async def steady(
 
     now = await session.db_now_ms()
     finish = trio.current_time() + (end + SETTLE_MS + o.replica.cadence_ms - now) / 1000
+    flooded = FloodCount(clients=http_clients)
+    flooding = trio.CancelScope()
+
+    async def flood_until_cancelled(address: str) -> None:
+        with flooding:
+            await flood(address, flooded)
+
     async with trio.open_nursery() as nursery:
+        if http_clients and replicas[0].http is not None:
+            nursery.start_soon(flood_until_cancelled, replicas[0].http)
         if during is not None:
             await trio.sleep(max(0.0, (start - now) / 1000) + LEAD_MS / 1000)
             nursery.start_soon(during)
@@ -95,6 +107,7 @@ async def steady(
             check_alive(replicas)
             if trio.current_time() < finish:
                 session.note(f"steady: {await session.call(count):,} admitted so far")
+        flooding.cancel()  # the flood ends with the window; a `during` task runs to its end
     after = await session.admit_counts(replicas)
     retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
@@ -132,4 +145,8 @@ async def steady(
         ssi_retry_ratio=ratio(retries, statements),
         diagnostics=diagnostics,
         stop_problems=problems,
+        http_clients=http_clients,
+        http_answered=flooded.answered,
+        http_busy=flooded.busy,
+        http_errors=flooded.errors,
     )
