@@ -48,6 +48,24 @@ RESERVED_SETTINGS = frozenset(
 )
 
 
+def _empty(data: Path, attempts: int = 30) -> None:
+    """Remove what an interrupted initdb left in ``data`` (the directory itself stays).
+
+    initdb killed by a Ctrl-C leaves its bootstrap backend writing for a moment (until it
+    reads the end of its input), so a removal can race with a new file: it is retried,
+    bounded (3 s), and never raises over the exception that interrupted initdb."""
+    for _ in range(attempts):
+        try:
+            for child in data.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def start_embedded(
     data_dir: str | Path | None = None,
     *,
@@ -160,11 +178,7 @@ def _bring_up(
             server._initdb(sync=not ephemeral)
         except BaseException:
             if not ephemeral:
-                for child in server.data_dir.iterdir():
-                    if child.is_dir() and not child.is_symlink():
-                        shutil.rmtree(child)
-                    else:
-                        child.unlink()
+                _empty(server.data_dir)
             raise
     else:
         clear_stale(server.data_dir)
