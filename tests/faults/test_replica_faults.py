@@ -464,12 +464,17 @@ async def test_skewed_os_clocks_do_not_change_runs(
             # The window: the hour-ahead replica alone, both (the hand-over), then the
             # hour-behind replica alone; each phase lasts until its replica has admitted
             # Runs of its own (conditions, not sleeps: a slow machine only waits longer).
+            since = min(s.cursor_ms for s in gate.baseline.values())
+
             def admitted_by(owner: str, at_least: int) -> Callable[[], Awaitable[bool]]:
+                # Runs of the window only (from the baseline's cursors), as the end counts.
                 async def check() -> bool:
                     count = await fetchval(
                         gate.su,
-                        "SELECT count(*) FROM qlsched.runs WHERE admitted_by_owner = $1",
+                        "SELECT count(*) FROM qlsched.runs WHERE admitted_by_owner = $1"
+                        " AND scheduled_for_ms >= $2",
                         owner,
+                        since,
                     )
                     return int(count) >= at_least
 

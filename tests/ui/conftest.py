@@ -14,6 +14,9 @@ from tests.support.pg import PgCluster, create_database, drop_database
 from tests.ui.browser import chromium_path
 from tests.ui.site import ADMIN, VIEWER, Site, publish, running_site
 
+_PLAYWRIGHT_LOOP: list[asyncio.AbstractEventLoop] = []
+"""Playwright's loop, once started (see ``_playwright_loop_only_in_browser_tests``)."""
+
 
 @pytest.fixture(scope="session")
 def playwright() -> Iterator[Playwright]:
@@ -22,10 +25,32 @@ def playwright() -> Iterator[Playwright]:
     with mock.patch("asyncio.new_event_loop", asyncio.SelectorEventLoop):
         manager = sync_playwright()
         p = manager.__enter__()
+    running = asyncio.events._get_running_loop()
+    assert running is not None
+    _PLAYWRIGHT_LOOP.append(running)
     try:
         yield p
     finally:
+        asyncio.events._set_running_loop(running)
         manager.__exit__(None, None, None)
+        asyncio.events._set_running_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def _playwright_loop_only_in_browser_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Playwright's sync API runs its loop in a greenlet of this thread, which leaves
+    asyncio's per-thread "running loop" pointing at it between calls. Later tests in the
+    same process (xdist runs others after these) would then make trio-asyncio's futures on
+    it ("attached to a different loop"). So it is the running loop only around a test that
+    drives the browser, and none after."""
+    drives = "browser" in request.fixturenames
+    if drives and _PLAYWRIGHT_LOOP:
+        asyncio.events._set_running_loop(_PLAYWRIGHT_LOOP[0])
+    try:
+        yield
+    finally:
+        if drives:
+            asyncio.events._set_running_loop(None)
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +60,7 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     try:
         yield b
     finally:
+        asyncio.events._set_running_loop(_PLAYWRIGHT_LOOP[0])
         b.close()
 
 
