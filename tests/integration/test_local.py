@@ -78,10 +78,10 @@ def _replica(env: dict[str, str], owner: str, log: Path) -> subprocess.Popen[byt
 
 
 def test_the_first_day_with_no_dsn_anywhere(local_env: dict[str, str], tmp_path: Path) -> None:
-    """Rule: with no DSN anywhere, `local start`, `publish`, two `run` replicas, `status`
-    and `check` all work side by side on one local server (no "in use" error: they
-    attach); SIGTERM stops the replicas in order (exit 0) and leaves the server running;
-    `local stop` stops it."""
+    """Rule: with no DSN anywhere, `local start`, `publish`, two `run` replicas, a `work`
+    worker (its jobs succeed, as `status` shows), `status` and `check` all work side by side
+    on one local server (no "in use" error: they attach); SIGTERM stops the worker and the
+    replicas in order (exit 0) and leaves the server running; `local stop` stops it."""
     started = run_cli(["local", "start"], env=local_env, timeout=180)
     assert started.returncode == 0, started.stderr
     pid = _postmaster_pid(local_env)
@@ -109,6 +109,30 @@ def test_the_first_day_with_no_dsn_anywhere(local_env: dict[str, str], tmp_path:
             runs = json.loads(status.stdout)["recent_runs"]
             time.sleep(0.5)
         assert {r["admitted_by_owner"] for r in runs} <= {"r1", "r2"}
+
+        # The worker too, without a DSN: the local database's worker role runs the jobs.
+        with open(tmp_path / "w.log", "wb") as out:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "qlsched", "work", "--poll-ms", "100"],
+                cwd=REPO,
+                env=local_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            outcomes: set[object] = set()
+            deadline = time.monotonic() + 60
+            while "succeeded" not in outcomes:
+                assert time.monotonic() < deadline, (tmp_path / "w.log").read_text()
+                assert worker.poll() is None, (tmp_path / "w.log").read_text()
+                status = run_cli(["status", "--json"], env=local_env, timeout=60)
+                assert status.returncode == 0, status.stderr
+                outcomes = {s["last_outcome"] for s in json.loads(status.stdout)["schedules"]}
+                time.sleep(0.5)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0, (tmp_path / "w.log").read_text()
 
         check = run_cli(["check"], env=local_env, timeout=60)
         assert check.returncode == 0, check.stdout + check.stderr
