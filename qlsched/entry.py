@@ -17,17 +17,56 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import Final
 
 from qlsched.exception_groups import interrupted
+
+WATCHING_COMMANDS: Final = frozenset({"run", "work"})
+"""Commands whose first act in Trio is ``qlsched.signals.watch_signals``: a SIGINT that
+arrives before the watch is in place is noted (``note_early_signal``) and handed to it,
+instead of raised as a KeyboardInterrupt into start-up code that might swallow it (a
+replica then ran on). Here, not in ``qlsched.signals``: ``next`` must not load Trio."""
 
 
 def _term_as_interrupt(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+def _load_command() -> tuple[bool, str | None]:
+    """Import the CLI and the chosen command's module with SIGINT only noted; True when a
+    SIGINT arrived meanwhile. Why: a KeyboardInterrupt raised inside a dependency's import
+    can be swallowed by its own bare ``except`` (a Ctrl-C 0.2 s after `run` started was
+    lost that way, and the replica ran on), so none is raised while the modules load. A
+    command that watches its signals (``WATCHING_COMMANDS``) keeps SIGINT noted until its
+    watch takes over; the others get the default handler back (Trio's then turns a Ctrl-C
+    into a KeyboardInterrupt that unwinds them). Also returns the command's name."""
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    name = None
+    try:
+        import importlib
+
+        from qlsched.cli import COMMANDS, chosen_command
+
+        name = chosen_command(sys.argv[1:])
+        if name is not None:
+            importlib.import_module(COMMANDS[name][0])
+    finally:
+        if name in WATCHING_COMMANDS and not noted:
+            from qlsched.signals import note_early_signal
+
+            signal.signal(signal.SIGINT, note_early_signal)
+        else:
+            signal.signal(signal.SIGINT, previous)
+    return bool(noted), name
+
+
 def main() -> int:
     signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
+        interrupted_while_loading, _ = _load_command()
+        if interrupted_while_loading:
+            raise KeyboardInterrupt
         from qlsched.cli import main as command_main
 
         code = command_main()

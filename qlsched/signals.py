@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from types import FrameType
 from typing import TypeVar
 
 import trio
@@ -20,6 +21,15 @@ import trio
 from qlsched import exception_groups
 
 T = TypeVar("T")
+
+
+_early: list[int] = []
+"""SIGINTs noted before a watch was in place (``qlsched.entry``'s watching commands)."""
+
+
+def note_early_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler until a command's watch replaces it (``qlsched.entry``)."""
+    _early.append(signum)
 
 
 async def watch_signals(
@@ -35,6 +45,9 @@ async def watch_signals(
     with trio.open_signal_receiver(*signums) as signals:
         task_status.started()
         first = True
+        if _early:  # it came before the watch: handled as if it came now
+            on_signal(_early[0])
+            first = False
         async for signum in signals:
             if first:
                 on_signal(signum)
