@@ -1,4 +1,4 @@
-"""The dashboard's pages timed in the observe phase (DESIGN §14: each within 100 ms at a
+"""The dashboard's pages timed in the observe phase (the contract: each within 100 ms at a
 million triggers and ten million Runs).
 
 ``qlsched ui`` runs as its own process on the bench database's observer DSN (read only,
