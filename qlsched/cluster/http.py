@@ -53,6 +53,7 @@ from hypercorn.typing import (
 )
 from hypercorn.utils import wrap_app
 
+from qlsched.asgi import serve_lifespan
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.store import ActionTotalsReader, ScheduleReader
@@ -137,7 +138,7 @@ class AdmissionApp:
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send)
         elif scope["type"] == "http":
             if await self._rate.admit():
                 response = await self._respond(scope)
@@ -146,15 +147,6 @@ class AdmissionApp:
             await self._send(scope, send, response)
         else:  # websocket: refused before the handshake (policy violation)
             await send({"type": "websocket.close", "code": 1008, "reason": None})
-
-    async def _lifespan(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _respond(self, scope: HTTPScope) -> _Response:
         path = scope["path"]

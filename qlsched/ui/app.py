@@ -20,6 +20,7 @@ from typing import Final, TypeVar
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
+from qlsched.asgi import serve_lifespan
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.pool import Connection, Database
 from qlsched.ui.render import render
@@ -115,13 +116,7 @@ class Dashboard:
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
         elif scope["type"] == "http":
             response = await self._respond(scope, receive)
             await _send(scope, send, response)

@@ -11,6 +11,7 @@ import hypercorn.trio
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
+from qlsched.asgi import serve_lifespan
 from qlsched.worker.metrics import WorkerMetrics
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -24,13 +25,7 @@ class WorkerApp:
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
         path = scope["path"]
