@@ -14,8 +14,44 @@ never loads asyncpg, trio-asyncio or hypercorn.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import sys
+
+_early_sigints: list[int] = []
+"""SIGINTs that arrived while ``python -m qlsched`` loaded, before ``qlsched.entry`` took
+over (it turns them into ``qlsched: interrupted`` or hands them to a command's watch)."""
+
+
+def _note_sigint(signum: int, frame: object) -> None:
+    _early_sigints.append(signum)
+
+
+def _started_as_main() -> bool:
+    """True while ``python -m qlsched`` locates its module: Python sets ``argv[0]`` to
+    ``-m`` until it has found it. Why here: this package's first lines are the first of
+    our code to run, and a Ctrl-C raised as a KeyboardInterrupt in them (or in the modules
+    they load) printed a traceback; an embedding program's signals are never touched."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    argv = sys.orig_argv
+    return any(
+        (a == "-m" and argv[i + 1 : i + 2] == ["qlsched"]) or a == "-mqlsched"
+        for i, a in enumerate(argv)
+    )
+
+
+if _started_as_main():
+    # The C module, not ``signal``: importing that (and its enum) took milliseconds in
+    # which a Ctrl-C still raised.
+    try:
+        import _signal as signal_c  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - an interpreter without it
+        import signal as signal_c
+
+    if signal_c.getsignal(signal_c.SIGINT) is signal_c.default_int_handler:
+        signal_c.signal(signal_c.SIGINT, _note_sigint)
+
+import importlib  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -40,8 +40,12 @@ def _load_command() -> tuple[bool, str | None]:
     command that watches its signals (``WATCHING_COMMANDS``) keeps SIGINT noted until its
     watch takes over; the others get the default handler back (Trio's then turns a Ctrl-C
     into a KeyboardInterrupt that unwinds them). Also returns the command's name."""
-    noted: list[int] = []
+    import qlsched
+
+    noted = qlsched._early_sigints  # noted since the package's first line, under ``-m``
     previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    if previous is qlsched._note_sigint:
+        previous = signal.default_int_handler
     name = None
     try:
         import importlib
