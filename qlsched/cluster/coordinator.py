@@ -7,11 +7,10 @@ and the round's Fires admitted in one batch while the lease holds.
 
 from __future__ import annotations
 
-from qlsched.cluster.requests import RequestsPass
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import DiagnosticSink
 from qlsched.core.store import ScheduleStore
-from qlsched.engine.round import SPEC_CACHE_SIZE, RoundEngine
+from qlsched.engine.round import SPEC_CACHE_SIZE, RequestPass, RoundEngine
 from qlsched.engine.stats import RoundStats
 from qlsched.metrics import Metrics
 
@@ -29,7 +28,7 @@ class Coordinator(RoundEngine[Metrics]):
         metrics: Metrics,
         *,
         spec_cache_size: int = SPEC_CACHE_SIZE,
-        requests: RequestsPass | None = None,
+        requests: RequestPass | None = None,
     ) -> None:
         super().__init__(
             store,

@@ -35,6 +35,7 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.requests import RequestsPass
+from qlsched.cluster.runs_pass import Passes, RunsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.lease import call_timeout_s
@@ -296,7 +297,12 @@ def _assemble(
         config,
         sink,
         metrics,
-        requests=RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
+        requests=Passes(
+            [
+                RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
+                RunsPass(claim_db, config, sink, metrics, budget=config.claim_budget),
+            ]
+        ),
     )
     lifecycle = Lifecycle(
         coordinator, config, answering=lambda: claim_db.answering and admit_db.answering

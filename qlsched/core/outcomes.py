@@ -73,6 +73,17 @@ class Admitted(_Outcome, frozen=True, tag="admitted"):
     scheduled_for_ms: int
     idempotency_key: str
     admitted_at_ms: int
+    held: bool = False
+    """Admitted ``held`` (overlap ``buffer_one``): no worker claims it until another Run of
+    its trigger ends and releases it."""
+
+
+class OverlapSkipped(_Outcome, frozen=True, tag="overlap_skipped"):
+    """The trigger's overlap policy found a Run of it unfinished (``skip``, or one already
+    held under ``buffer_one``): the cursor moved with no Run, and the row counts it."""
+
+    scheduled_for_ms: int
+    admitted_at_ms: int
 
 
 class AlreadyAdmitted(_Outcome, frozen=True, tag="already_admitted"):
@@ -149,6 +160,7 @@ class StoreFailed(_Outcome, frozen=True, tag="store_failed"):
 Outcome = (
     Admitted
     | AlreadyAdmitted
+    | OverlapSkipped
     | Initialized
     | Skipped
     | Released

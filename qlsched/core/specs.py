@@ -44,6 +44,11 @@ CRON_MAX_CHARS = 200
 TIMEZONE_MAX_CHARS = 64
 """``triggers_timezone_check``: length(timezone) BETWEEN 1 AND 64."""
 GRACE_MAX_MS = 86_400_000
+START_DEADLINE_MAX_MS = 604_800_000
+"""``triggers_start_deadline_ms_check``: a week."""
+Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]
+OVERLAP_DEFAULT: Overlap = "allow"
+OVERLAPS: tuple[Overlap, ...] = ("allow", "skip", "buffer_one", "cancel_other")
 PUBLISH_FILE_MAX_BYTES = 64 * 1024 * 1024
 """Room for many tasks of up to ``COMMAND_MAX_BYTES`` each, far below memory trouble."""
 EXECUTOR = "remote_worker"
@@ -93,6 +98,12 @@ class TriggerEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     jitter_ms: Annotated[int, msgspec.Meta(ge=0, le=JITTER_MS_MAX)] = 0
     """Each occurrence becomes due up to this much after its scheduled time (a hash of the
     trigger, its revision and the occurrence; ``core.jitter``). Below the shortest period."""
+    overlap: Overlap = OVERLAP_DEFAULT
+    """What an occurrence does while a Run of the trigger is unfinished: ``allow`` (a Run
+    anyway), ``skip`` (none, counted), ``buffer_one`` (one Run held until the other ends,
+    more skipped), ``cancel_other`` (a Run, and the unfinished ones are cancelled)."""
+    start_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=START_DEADLINE_MAX_MS)] | None = None
+    """A queued Run no worker started within this long is cancelled (``start_deadline``)."""
 
 
 class PublishFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -105,6 +116,7 @@ _CHOICES = {
     "misfire": "skip, fire_once",
     "dst_gap": ", ".join(DST_GAPS),
     "dst_fold": ", ".join(DST_FOLDS),
+    "overlap": ", ".join(OVERLAPS),
 }
 """Fields with a closed set of values: a bad one is named with the values it may take."""
 _PATH = re.compile(r"^\$\.(projects|tasks|triggers)\[(\d+)\](?:\.(\w+))?")
@@ -209,6 +221,19 @@ def validate_publish_file(spec: PublishFile) -> None:
             raise SpecError(f"{label}: jitter_ms: {problem}")
 
 
+def refuse_worker_fields(spec: PublishFile) -> None:
+    """The Edge profile has no worker, so nothing ever finishes its Runs: an overlap policy
+    or a start deadline would skip or cancel forever. Refused by name, never ignored."""
+    for i, tr in enumerate(spec.triggers):
+        label = f"triggers[{i}] (id {quoted(tr.id)})"
+        if tr.overlap != OVERLAP_DEFAULT:
+            raise SpecError(f"{label}: overlap: needs a worker; the Edge profile has none")
+        if tr.start_deadline_ms is not None:
+            raise SpecError(
+                f"{label}: start_deadline_ms: needs a worker; the Edge profile has none"
+            )
+
+
 def _canonical(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj, order="sorted")
 
@@ -241,8 +266,9 @@ def sha256_hex(text: str) -> str:
 def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
     """Digest of everything that defines a trigger revision, the task's content included,
     so a changed task gives its triggers new revisions (and old claims fail their fence).
-    A DST policy or a jitter joins it only when it is not the default, so the digests of
-    triggers published before they existed stay the same (no re-revision on upgrade)."""
+    A DST policy, a jitter, an overlap policy or a start deadline joins it only when it is
+    not the default, so the digests of triggers published before they existed stay the same
+    (no re-revision on upgrade)."""
     fields: dict[str, object] = {
         "cron": trigger.cron,
         "enabled": trigger.enabled,
@@ -259,4 +285,8 @@ def trigger_digest(trigger: TriggerEntry, task_digest: str) -> str:
         fields["dst_fold"] = trigger.dst_fold
     if trigger.jitter_ms:
         fields["jitter_ms"] = trigger.jitter_ms
+    if trigger.overlap != OVERLAP_DEFAULT:
+        fields["overlap"] = trigger.overlap
+    if trigger.start_deadline_ms is not None:
+        fields["start_deadline_ms"] = trigger.start_deadline_ms
     return hashlib.sha256(_canonical(fields)).hexdigest()

@@ -22,7 +22,7 @@ OUTPUT_TAIL_MAX_CHARS = 4096
 """The bounded tail of stdout and stderr kept per Attempt (each stream's last characters)."""
 
 AttemptEnd = Literal["succeeded", "failed", "cancelled"]
-RunState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+RunState = Literal["held", "queued", "running", "succeeded", "failed", "cancelled"]
 JobCode = Literal[
     "succeeded",
     "exit_nonzero",
@@ -212,4 +212,4 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
         return self.finished_at_ms - self.started_at_ms
 
 
-RUN_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+RUN_STATES = ("held", "queued", "running", "succeeded", "failed", "cancelled")

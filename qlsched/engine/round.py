@@ -58,6 +58,7 @@ from qlsched.core.outcomes import (
     Initialized,
     NotDue,
     Outcome,
+    OverlapSkipped,
     Released,
     RetryExhausted,
     RevisionChanged,
@@ -350,7 +351,7 @@ class RoundEngine(Generic[M]):
             self.sink.emit(Diagnostic(code=ADMIT_MISMATCH, replica=self._owner, count=len(fires)))
             return
         for fire, outcome in zip(fires, outcomes, strict=True):
-            if isinstance(outcome, AlreadyAdmitted):
+            if isinstance(outcome, AlreadyAdmitted | OverlapSkipped):
                 tally.coalesced += fire.coalesced
             if isinstance(outcome, Admitted):
                 tally.coalesced += fire.coalesced
@@ -363,8 +364,11 @@ class RoundEngine(Generic[M]):
     def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
         """Tally one store outcome; report those an operator must see."""
         match outcome:
-            case Admitted():
+            case Admitted(held=held):
                 tally.admitted += 1
+                tally.held += held
+            case OverlapSkipped():
+                tally.overlap_skipped += 1
             case AlreadyAdmitted():
                 # Reported by the store (a diagnostic and the row's count); nothing heals.
                 tally.already_admitted += 1

@@ -20,6 +20,10 @@ class RoundCounts(msgspec.Struct, kw_only=True):
     admitted: int = 0
     already_admitted: int = 0
     """Fires whose key another path had already admitted: the cursor moved, no Run."""
+    overlap_skipped: int = 0
+    """Fires the trigger's overlap policy skipped: the cursor moved, no Run."""
+    held: int = 0
+    """Fires admitted held (overlap ``buffer_one``), also in ``admitted``."""
     initialized: int = 0
     skipped: int = 0
     released: int = 0
@@ -72,7 +76,7 @@ class RoundStats(RoundCounts, frozen=True, kw_only=True):  # type: ignore[misc]
     def written(self) -> int:
         """Cursors the round moved (admitted, initialized or skipped): the Edge runs the
         next round at once while a full round still moves some."""
-        return self.admitted + self.initialized + self.skipped
+        return self.admitted + self.overlap_skipped + self.initialized + self.skipped
 
     @property
     def races_lost(self) -> int:

@@ -39,6 +39,7 @@ from qlsched.core.outcomes import (
     FenceLost,
     Inactive,
     Outcome,
+    OverlapSkipped,
     RetryExhausted,
     RevisionChanged,
     StoreFailed,
@@ -166,6 +167,13 @@ def _row_outcome(fire: FireRequest, row: Any) -> Outcome | None:
             idempotency_key=fire.idempotency_key,
             admitted_at_ms=row["admitted_at_ms"],
         )
+    if row["admitted_at_ms"] is not None and row["overlap"] == "skip":
+        return OverlapSkipped(
+            fire.claim.project_id,
+            fire.claim.trigger_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            admitted_at_ms=row["admitted_at_ms"],
+        )
     if row["admitted_at_ms"] is not None:
         return Admitted(
             fire.claim.project_id,
@@ -175,6 +183,7 @@ def _row_outcome(fire: FireRequest, row: Any) -> Outcome | None:
             scheduled_for_ms=fire.scheduled_for_ms,
             idempotency_key=fire.idempotency_key,
             admitted_at_ms=row["admitted_at_ms"],
+            held=row["overlap"] == "hold",
         )
     claim = fire.claim
     part = failed_part(claim, observed_schedule(row), row["now_ms"], fire.scheduled_for_ms)

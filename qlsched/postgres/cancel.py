@@ -34,7 +34,7 @@ async def cancel_run(
         state = str(row["state"])
         ref = TriggerRef(row["project_id"], row["trigger_id"])
         who = actor or "admin"
-        if state == "queued":
+        if state in ("queued", "held"):
             await conn.execute(query("cancel_queued"), run_id, who)
         elif state == "running" and not row["cancel_requested"]:
             await conn.execute(query("cancel_request_running"), run_id, who)
@@ -50,6 +50,6 @@ async def cancel_run(
             actor=actor,
             detail={"run_id": run_id, "state": state},
         )
-    if state == "queued":
+    if state in ("queued", "held"):
         return CancelledQueued(run_id=run_id, action_id=action_id)
     return CancelRequested(run_id=run_id, action_id=action_id)

@@ -157,6 +157,8 @@ async def _publish_triggers(
             [t.dst_gap for t in rows],
             [t.dst_fold for t in rows],
             [t.jitter_ms for t in rows],
+            [t.overlap for t in rows],
+            [t.start_deadline_ms for t in rows],
         )
     return changes
 
@@ -175,6 +177,8 @@ def _stored_trigger(row: Any, *, enabled: bool) -> TriggerEntry:
         dst_gap=row["dst_gap"],
         dst_fold=row["dst_fold"],
         jitter_ms=row["jitter_ms"],
+        overlap=row["overlap"],
+        start_deadline_ms=row["start_deadline_ms"],
     )
 
 

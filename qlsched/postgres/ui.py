@@ -37,7 +37,15 @@ BIG_MS: Final = (1 << 62) - 1
 
 ScheduleState = Literal["", "active", "paused", "off", "failing"]
 STATES: Final[tuple[ScheduleState, ...]] = ("", "active", "paused", "off", "failing")
-RUN_STATES: Final = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled")
+RUN_STATES: Final = (
+    "held",
+    "queued",
+    "dispatching",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
 
 
 class Owner(msgspec.Struct, frozen=True):

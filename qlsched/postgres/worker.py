@@ -10,6 +10,10 @@ verb is one statement, one implicit transaction, with its events:
   connection is ``FinishUnknown`` and is never re-sent.
 - ``reap``: Attempts whose lease expired become ``lost``; the retry policy decides.
 
+After a finish or a reap that ended a Run, its trigger's held Run (overlap ``buffer_one``)
+is released in a statement of its own, so that statement sees the Run ended; if it fails,
+a replica's runs pass releases it within a few cadences.
+
 A statement the server refused committed nothing: a lost race for an event number (23505)
 or a serialization failure is sent again a bounded number of times.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from qlsched.core.control import TriggerRef
 from qlsched.core.work import (
     ClaimedRun,
     Extended,
@@ -32,6 +37,7 @@ from qlsched.core.work import (
     Reaped,
 )
 from qlsched.postgres.errors import ErrorKind, classify
+from qlsched.postgres.overlap import release_held
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
 
@@ -109,8 +115,25 @@ async def heartbeat(
     return await _resend(db, fn)
 
 
+async def _release_after(db: Database, ended: list[TriggerRef], actor: str) -> None:
+    """Release the held Runs of the triggers whose Runs just ended. Best effort by design:
+    the replicas' runs pass is what guarantees the release (this only makes it prompt)."""
+    if not ended:
+        return
+    try:
+        await release_held(db, limit=len(ended), actor=actor, triggers=ended)
+    except Exception as exc:
+        if classify(exc) is ErrorKind.OTHER:
+            raise
+
+
 async def finish(
-    db: Database, *, attempt_id: str, lease_token: str, result: JobResult
+    db: Database,
+    *,
+    attempt_id: str,
+    lease_token: str,
+    result: JobResult,
+    actor: str = "worker",
 ) -> FinishOutcome:
     """Write ``result`` and the Run's next state, fenced like ``heartbeat``.
 
@@ -119,6 +142,8 @@ async def finish(
     marked lost when its lease expires, so nothing ever gets two terminal states.
     """
     error = None if result.end == "succeeded" else result.code
+
+    ended: list[TriggerRef] = []
 
     async def fn(conn: Connection) -> FinishOutcome:
         row = await conn.fetchrow(
@@ -134,21 +159,35 @@ async def finish(
         if row is None:
             return FenceRefused()
         retry_at = row["retry_at_ms"] if row["retry"] else None
+        if not row["retry"]:
+            ended[:] = [TriggerRef(row["project_id"], row["trigger_id"])]
         return Finished(run_state=row["run_state"], retry_at_ms=retry_at)
 
     try:
-        return await _resend(db, fn)
+        outcome = await _resend(db, fn)
     except Exception as exc:
         if classify(exc) is ErrorKind.CONNECTION:
             return FinishUnknown(exception=type(exc).__name__)
         raise
+    await _release_after(db, ended, actor)
+    return outcome
 
 
 async def reap(db: Database, *, limit: int, actor: str) -> list[Reaped]:
     """Mark up to ``limit`` expired Attempts lost and apply each Run's retry policy."""
 
+    ended: list[TriggerRef] = []
+
     async def fn(conn: Connection) -> list[Reaped]:
         rows = await conn.fetch(query("worker_reap"), limit, actor)
+        ended[:] = sorted(
+            {
+                TriggerRef(r["project_id"], r["trigger_id"])
+                for r in rows
+                if r["retry_at_ms"] is None
+            },
+            key=str,
+        )
         return [
             Reaped(
                 attempt_id=r["attempt_id"],
@@ -159,4 +198,6 @@ async def reap(db: Database, *, limit: int, actor: str) -> list[Reaped]:
             for r in rows
         ]
 
-    return await _resend(db, fn)
+    reaped = await _resend(db, fn)
+    await _release_after(db, ended, actor)
+    return reaped

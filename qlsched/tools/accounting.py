@@ -2,11 +2,12 @@
 
 For a schedule row, every occurrence of its cron from ``decided_from_ms`` (where cron began
 deciding this revision) up to its cursor was decided exactly once: admitted (a Run under
-its cron key, by cron or by a backfill), skipped by policy, coalesced by a late Fire, or
-counted as paused by a resume. A backfill that admits an occurrence cron had counted as
+its cron key, by cron or by a backfill), skipped by policy, coalesced by a late Fire,
+counted as paused by a resume, or skipped by the overlap policy (a Run of the trigger was
+unfinished). A Run its start deadline cancelled is still that occurrence's Run. A backfill that admits an occurrence cron had counted as
 not run moves it into the Runs, and ``backfilled_total`` says how many did, so::
 
-    runs + skipped + coalesced + paused - backfilled == occurrences
+    runs + skipped + coalesced + paused + overlap_skipped - backfilled == occurrences
 
 ``already_admitted_total`` (cron found the key taken) is no bucket: the Run that holds the
 key is. The counters are the row's lifetime totals, so the check holds for a row whose
@@ -41,11 +42,21 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
     paused: int
     backfilled: int
     already_admitted: int
+    overlap_skipped: int = 0
+    deadline_cancelled: int = 0
+    """Of ``runs``: cancelled by their start deadline (shown, no bucket of its own)."""
 
     @property
     def bucketed(self) -> int:
         """Occurrences the buckets account for (each exactly once)."""
-        return self.runs + self.skipped + self.coalesced + self.paused - self.backfilled
+        return (
+            self.runs
+            + self.skipped
+            + self.coalesced
+            + self.paused
+            + self.overlap_skipped
+            - self.backfilled
+        )
 
     @property
     def balanced(self) -> bool:
@@ -56,7 +67,7 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
             f"{self.project_id}/{self.trigger_id}: {self.occurrences} occurrences in"
             f" [{self.decided_from_ms}, {self.cursor_ms}) but runs {self.runs} + skipped"
             f" {self.skipped} + coalesced {self.coalesced} + paused {self.paused}"
-            f" - backfilled {self.backfilled} = {self.bucketed}"
+            f" + overlap-skipped {self.overlap_skipped} - backfilled {self.backfilled} = {self.bucketed}"
         )
 
 
@@ -82,6 +93,8 @@ async def account(conn: Connection, projects: Sequence[str] | None = None) -> li
                 paused=r["paused_total"],
                 backfilled=r["backfilled_total"],
                 already_admitted=r["already_admitted_total"],
+                overlap_skipped=r["overlap_skipped_total"],
+                deadline_cancelled=r["deadline_cancelled_total"],
             )
         )
     return out

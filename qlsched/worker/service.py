@@ -126,7 +126,11 @@ class _Worker:
         try:
             result = await self._job_under_lease(run)
             outcome = await store.finish(
-                self.db, attempt_id=run.attempt_id, lease_token=run.lease_token, result=result
+                self.db,
+                attempt_id=run.attempt_id,
+                lease_token=run.lease_token,
+                result=result,
+                actor=self.worker_id,
             )
             self.metrics.finished(result.code, trio.current_time() - start)
             match outcome:

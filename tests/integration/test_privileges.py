@@ -70,6 +70,9 @@ LEASE_CURSOR_COLUMNS = (
     "failures",
     "last_failure",
     "last_failure_at_ms",
+    # the overlap policy's and the start deadline's buckets (0014)
+    "overlap_skipped_total",
+    "deadline_cancelled_total",
 )
 TRIGGER_SPEC_COLUMNS = (
     "revision",
@@ -263,6 +266,7 @@ WORKER_RUN_COLUMNS = (
     "started_at_ms",
     "finished_at_ms",
     "retry_at_ms",
+    "start_by_ms",  # 0014: set when it releases a held Run
 )
 WORKER_READS = {
     "runs": WORKER_RUN_COLUMNS,
@@ -286,6 +290,8 @@ WORKER_READS = {
         "exit_code",
     ),
     "run_events": ("run_id", "seq"),
+    # the start deadline a released held Run gets (0014)
+    "triggers": ("project_id", "trigger_id", "start_deadline_ms"),
 }
 # The admin's cancel: a Run's identity and state, its Attempts' states, the event numbers.
 ADMIN_RUN_READS = {
@@ -320,7 +326,9 @@ def _may_read(relation: str, column: str, role: str) -> bool:
     if role == "qlsched_runtime":
         if relation == "tasks":
             return column in RUNTIME_TASK_COLUMNS
-        return relation not in ("run_events", "attempts_redacted", "worker_payloads")
+        if relation == "run_events":  # the event numbers it writes after (0014)
+            return column in ("run_id", "seq")
+        return relation not in ("attempts_redacted", "worker_payloads")
     if role == "qlsched_worker":
         if relation in WORKER_READS:
             return column in WORKER_READS[relation]
@@ -490,7 +498,8 @@ def _runtime_refusals() -> list[object]:
         pytest.param("COPY (SELECT 1) TO 'qlsched-intruder.out'", id="copy-to-file"),
         pytest.param("SELECT pg_catalog.pg_read_file('PG_VERSION')", id="pg_read_file"),
         pytest.param("SELECT pg_catalog.pg_ls_dir('.')", id="pg_ls_dir"),
-        pytest.param("UPDATE qlsched.runs SET state = 'failed'", id="update-runs"),
+        pytest.param("UPDATE qlsched.runs SET scheduled_for_ms = 0", id="update-runs"),
+        pytest.param("UPDATE qlsched.runs SET idempotency_key = 'k'", id="update-runs-key"),
         pytest.param("DELETE FROM qlsched.runs", id="delete-runs"),
         pytest.param("DELETE FROM qlsched.attempts", id="delete-attempts"),
         pytest.param("UPDATE qlsched.attempts SET worker_id = 'w'", id="update-attempts"),
@@ -528,8 +537,10 @@ def test_runtime_is_refused(shared_db: TestDatabase, sql: str) -> None:
     """Rule: qlsched_runtime has no INSERT/DELETE/TRUNCATE on schedules, no UPDATE of a
     schedule's `active`/`trigger_revision` or of any spec, no CREATE anywhere (schema,
     temp, function, role), cannot become another role, cannot reach the server's programs
-    or files, and cannot rewrite runs, attempts, events, marks, the capability or the
-    ledger: each is refused with SQLSTATE 42501."""
+    or files, and cannot rewrite a Run's identity, attempts' worker fields, events, marks,
+    the capability or the ledger: each is refused with SQLSTATE 42501. (It moves a Run's
+    state only to cancel an unstarted one at its deadline, or under `cancel_other`, and to
+    release a held one: docs/contract.md §13.)"""
     assert_refused(shared_db.runtime_dsn, sql)
 
 

@@ -99,4 +99,4 @@ async def test_runs_lists_runs_with_their_attempts(env: Env) -> None:
         run_cli, ["runs", "--state", "done", "--dsn", env.db.observer_dsn]
     )
     assert wrong.returncode == 2
-    assert "one of queued, running" in wrong.stderr
+    assert "one of held, queued, running" in wrong.stderr

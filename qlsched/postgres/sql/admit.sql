@@ -12,6 +12,11 @@
 -- or not at its locator comes back untouched, for the caller to admit alone by key.
 -- A key that already has a Run (a backfill took it) is never a retry loop: the cursor
 -- moves past it and the row comes back `key_taken`, with no second Run, Attempt or event.
+-- The trigger's overlap policy is decided here, from its unfinished Runs (read only when
+-- the policy is not `allow`): `skip` moves the cursor with no Run and counts it;
+-- `buffer_one` admits the Run `held` while another is unfinished (skipped when one is
+-- already held); `cancel_other` admits it and cancels the unfinished ones (a running one
+-- by asking its worker). Each row comes back with its `overlap` decision.
 -- Every table is reached by key or tuple id: a scan would take a relation-level SIRead lock
 -- every other admit conflicts with.
 WITH now AS MATERIALIZED (
@@ -42,7 +47,7 @@ input AS MATERIALIZED (
 -- row is touched: under SERIALIZABLE, the shorter a row's read-to-write time, the less often
 -- two replicas' admits of neighbouring rows (one index page) overlap and one has to retry.
 specs AS MATERIALIZED (
-    SELECT i.ord, t.task_id,
+    SELECT i.ord, t.task_id, t.overlap, t.start_deadline_ms,
            CASE
              WHEN p.state IS NULL THEN ARRAY['inactive', 'project_missing']
              WHEN p.state <> 'active' THEN ARRAY['inactive', 'project_archived']
@@ -79,8 +84,26 @@ specs AS MATERIALIZED (
 -- rows do not make each other retry. A batch of more than one row skips a row another
 -- session holds; a batch of one waits for it (at most the role's lock_timeout). Only rows
 -- whose spec checks passed are touched, under a WHERE repeating the whole fence.
+-- The overlap decision: a CASE evaluates a branch's subquery only when it gets there, so
+-- under `allow` (and for refused rows) no Run is read. The reads go through the unfinished
+-- Runs' partial index: a trigger's unfinished Runs, never its history.
 ordered AS MATERIALIZED (
-    SELECT i.*, sp.task_id, sp.refusal
+    SELECT i.*, sp.task_id, sp.refusal, sp.overlap, sp.start_deadline_ms,
+           CASE
+             WHEN sp.refusal IS NOT NULL OR sp.overlap IN ('allow', 'cancel_other')
+               THEN 'queue'
+             WHEN NOT EXISTS (SELECT 1 FROM qlsched.runs AS u
+                               WHERE u.project_id = i.project_id
+                                 AND u.trigger_id = i.trigger_id
+                                 AND u.state IN ('held', 'queued', 'running'))
+               THEN 'queue'
+             WHEN sp.overlap = 'buffer_one'
+              AND NOT EXISTS (SELECT 1 FROM qlsched.runs AS u
+                               WHERE u.project_id = i.project_id
+                                 AND u.trigger_id = i.trigger_id AND u.state = 'held')
+               THEN 'hold'
+             ELSE 'skip'
+           END AS decision
       FROM specs AS sp JOIN input AS i ON i.ord = sp.ord
      ORDER BY i.project_id, i.trigger_id
 ),
@@ -93,6 +116,7 @@ advanced AS (
            claim_token = NULL,
            claim_expires_at_ms = NULL,
            coalesced_total = s.coalesced_total + c.coalesced,
+           overlap_skipped_total = s.overlap_skipped_total + (c.decision = 'skip')::integer,
            failures = 0,
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
       FROM ordered AS c
@@ -148,14 +172,23 @@ run_rows AS (
                               task_revision, execution_revision_id, scheduled_for_ms,
                               idempotency_key, state, owner, queued_at_ms, cancel_requested,
                               created_at_ms, admitted_by_owner, admitted_claim_token,
-                              admitted_claim_version)
+                              admitted_claim_version, start_by_ms)
     SELECT a.run_id, a.project_id, a.trigger_id, a.trigger_revision, a.task_id,
            a.task_revision, a.execution_revision_id, a.scheduled_for_ms, a.idempotency_key,
-           'queued', 'runtime', a.at_ms, false, a.at_ms, $1, a.claim_token, a.claim_version
+           CASE WHEN a.decision = 'hold' THEN 'held' ELSE 'queued' END, 'runtime', a.at_ms,
+           false, a.at_ms, $1, a.claim_token, a.claim_version,
+           CASE WHEN a.decision = 'queue' THEN a.at_ms + a.start_deadline_ms END
       FROM admitted AS a
+     WHERE a.decision <> 'skip'
         ON CONFLICT (idempotency_key) DO NOTHING
  RETURNING run_id
 ),
+overlap_new AS (
+    SELECT a.run_id, a.project_id, a.trigger_id, a.at_ms, $1::text AS actor
+      FROM admitted AS a JOIN run_rows AS n ON n.run_id = a.run_id
+     WHERE a.overlap = 'cancel_other'
+),
+-- include: cancel_others
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
                                   created_at_ms)
@@ -173,14 +206,17 @@ event_rows AS (
       FROM admitted AS a
       JOIN run_rows AS n ON n.run_id = a.run_id
      CROSS JOIN draw
-     CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
+     CROSS JOIN LATERAL (VALUES (1, 'run.created'),
+                                (2, CASE WHEN a.decision = 'hold' THEN 'run.held'
+                                         ELSE 'run.queued' END)) AS ev(seq, type)
 )
 -- A row that was not advanced is read again (by key, without a lock: only these rows), so
 -- the caller can name the fence part that failed (core's `failed_part`, the same rule a
 -- refused skip or release is diagnosed by); a row whose fence, cursor and specs all hold in
 -- this snapshot was held by another session or is not at its locator.
-SELECT c.ord, a.at_ms AS admitted_at_ms,
-       a.ord IS NOT NULL AND NOT EXISTS (SELECT 1 FROM run_rows AS n WHERE n.run_id = c.run_id)
+SELECT c.ord, a.at_ms AS admitted_at_ms, c.decision AS overlap,
+       a.ord IS NOT NULL AND c.decision <> 'skip'
+           AND NOT EXISTS (SELECT 1 FROM run_rows AS n WHERE n.run_id = c.run_id)
            AS key_taken,
        c.refusal[1] AS refusal_kind,
        c.refusal[2] AS refusal_part, (SELECT ms FROM now) AS now_ms,

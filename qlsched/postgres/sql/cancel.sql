@@ -11,7 +11,7 @@ SELECT r.run_id::text, r.project_id, r.trigger_id, r.trigger_revision, r.state,
    FOR UPDATE;
 
 -- name: cancel_queued
--- A queued Run (locked): cancelled at once with its pristine Attempt, and its
+-- A queued or held Run (locked): cancelled at once with its pristine Attempt, and its
 -- run.cancelled event by actor $2, in database time.
 WITH clock AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
@@ -20,7 +20,7 @@ run AS (
     UPDATE qlsched.runs AS r
        SET state = 'cancelled', cancel_requested = true, finished_at_ms = c.now_ms
       FROM clock AS c
-     WHERE r.run_id = $1::uuid AND r.state = 'queued'
+     WHERE r.run_id = $1::uuid AND r.state IN ('queued', 'held')
  RETURNING r.run_id, c.now_ms
 ),
 attempt AS (

@@ -99,7 +99,7 @@ SELECT f.n, t.project_id
 -- $5 timezones, $6 misfire policies, $7 grace ms, $8 tasks, $9 task revisions, $10 execution
 -- revisions, $11 digests, $12 active, $13 added (new, else changed); $14 now ms; arrays $15
 -- DST gap and $16 DST fold policies, $17 jitter ms (pinned on the schedule row with the
--- revision). Pause state is not part of the spec: a changed row keeps it, and a paused row
+-- revision), $18 overlap policies, $19 start deadlines (ms, NULL: none). Pause state is not part of the spec: a changed row keeps it, and a paused row
 -- stays inactive.
 WITH f AS (
     SELECT *
@@ -110,16 +110,18 @@ WITH f AS (
                       pg_catalog.unnest($9::bigint[]), pg_catalog.unnest($10::uuid[]),
                       pg_catalog.unnest($11::text[]), pg_catalog.unnest($12::boolean[]),
                       pg_catalog.unnest($13::boolean[]), pg_catalog.unnest($15::text[]),
-                      pg_catalog.unnest($16::text[]), pg_catalog.unnest($17::bigint[]))
+                      pg_catalog.unnest($16::text[]), pg_catalog.unnest($17::bigint[]),
+                      pg_catalog.unnest($18::text[]), pg_catalog.unnest($19::bigint[]))
            AS f(p, id, enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d, active,
-                added, gap, fold, jitter)
+                added, gap, fold, jitter, overlap, deadline)
 ), added AS (
     INSERT INTO qlsched.triggers (project_id, trigger_id, revision, kind, enabled, cron,
                                   timezone, misfire_policy, misfire_grace_ms, task_id,
                                   task_revision, execution_revision_id, content_digest,
-                                  created_at_ms, updated_at_ms, dst_gap, dst_fold, jitter_ms)
+                                  created_at_ms, updated_at_ms, dst_gap, dst_fold, jitter_ms,
+                                  overlap, start_deadline_ms)
     SELECT p, id, 1, 'cron', enabled, cron, tz, misfire, grace, task, task_rev, exec_rev, d,
-           $14::bigint, $14::bigint, gap, fold, jitter
+           $14::bigint, $14::bigint, gap, fold, jitter, overlap, deadline
       FROM f
      WHERE f.added
 ), added_schedules AS (
@@ -136,7 +138,8 @@ WITH f AS (
            misfire_policy = f.misfire, misfire_grace_ms = f.grace, task_id = f.task,
            task_revision = f.task_rev, execution_revision_id = f.exec_rev,
            content_digest = f.d, updated_at_ms = GREATEST($14::bigint, t.updated_at_ms),
-           dst_gap = f.gap, dst_fold = f.fold, jitter_ms = f.jitter
+           dst_gap = f.gap, dst_fold = f.fold, jitter_ms = f.jitter, overlap = f.overlap,
+           start_deadline_ms = f.deadline
       FROM f
      WHERE NOT f.added AND t.project_id = f.p AND t.trigger_id = f.id
     RETURNING t.project_id, t.trigger_id, t.revision, f.active, f.jitter
@@ -165,7 +168,8 @@ UPDATE qlsched.trigger_schedules AS s
 -- The enabled triggers of projects $1 (array) that the file (arrays $2 projects, $3 ids)
 -- does not list, with what their digest is computed from (for --prune).
 SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
-       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms
+       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms, t.overlap,
+       t.start_deadline_ms
   FROM qlsched.triggers AS t
  WHERE t.project_id = ANY ($1::text[]) AND t.enabled
    AND NOT EXISTS (SELECT 1
@@ -178,7 +182,8 @@ SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_poli
 -- Every trigger pinned to one of tasks (arrays $1 projects, $2 tasks) that the file (arrays
 -- $3 projects, $4 ids) does not list: a changed task re-pins them all, listed or not.
 SELECT t.project_id, t.trigger_id, t.enabled, t.cron, t.timezone, t.misfire_policy,
-       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms
+       t.misfire_grace_ms, t.task_id, t.dst_gap, t.dst_fold, t.jitter_ms, t.overlap,
+       t.start_deadline_ms
   FROM qlsched.triggers AS t
   JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS k(p, task)
     ON t.project_id = k.p AND t.task_id = k.task

@@ -123,7 +123,7 @@ moved AS (
            finished_at_ms = CASE WHEN d.retry THEN NULL ELSE d.now_ms END
       FROM decided AS d
      WHERE r.run_id = d.run_id
- RETURNING r.run_id, r.state, r.retry_at_ms
+ RETURNING r.run_id, r.state, r.retry_at_ms, r.project_id, r.trigger_id
 ),
 events AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
@@ -162,7 +162,7 @@ WITH held AS (
        FOR UPDATE OF a, r
 ),
 -- include: worker_settle
-SELECT m.state AS run_state, d.retry, m.retry_at_ms
+SELECT m.state AS run_state, d.retry, m.retry_at_ms, m.project_id, m.trigger_id
   FROM decided AS d
   JOIN moved AS m ON m.run_id = d.run_id;
 
@@ -192,6 +192,6 @@ held AS (
 ),
 -- include: worker_settle
 SELECT d.attempt_id::text, d.run_id::text, m.state AS run_state,
-       CASE WHEN d.retry THEN m.retry_at_ms END AS retry_at_ms
+       CASE WHEN d.retry THEN m.retry_at_ms END AS retry_at_ms, m.project_id, m.trigger_id
   FROM decided AS d
   JOIN moved AS m ON m.run_id = d.run_id;

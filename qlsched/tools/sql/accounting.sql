@@ -4,7 +4,8 @@
 -- it, and its counters. $1 projects (NULL: all). Rows with no window yet are left out.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.decided_from_ms,
        s.next_fire_at_ms, s.skipped_total, s.coalesced_total, s.paused_total,
-       s.backfilled_total, s.already_admitted_total, t.cron, t.timezone, t.dst_gap,
+       s.backfilled_total, s.already_admitted_total, s.overlap_skipped_total,
+       s.deadline_cancelled_total, t.cron, t.timezone, t.dst_gap,
        t.dst_fold,
        (SELECT pg_catalog.count(*)
           FROM qlsched.runs AS r

@@ -1,0 +1,109 @@
+"""The runs pass of a round: unstarted Runs past their start deadline cancelled, held Runs
+released (docs/contract.md §13, overlap and start deadline).
+
+An unstarted Run is still the runtime's (its Attempt is pristine), so replicas do both, with
+no leader: each statement takes its rows ``SKIP LOCKED``, up to the round's claim budget,
+soonest first through a partial index, so its cost follows the Runs it acts on. A held Run
+is released by the worker that ended the Run before it; this pass is the guarantee behind
+it (a worker that died, or a release that raced the admit of the held Run).
+
+Cost when nobody uses either: two probes of empty partial indexes per poll interval (a few
+cadences, as the requests pass), not per round; a full batch looks again next round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+import msgspec
+import trio
+from prometheus_client import Counter
+
+from qlsched.core.config import Config
+from qlsched.core.diagnostics import DiagnosticSink, from_exception
+from qlsched.core.lease import request_poll_interval_s
+from qlsched.metrics import Metrics
+from qlsched.postgres.overlap import cancel_unstarted, release_held
+from qlsched.postgres.pool import Database
+
+RUNS_PASS_FAILED: Final = "runs_pass_failed"
+
+
+class RunsPassStats(msgspec.Struct, frozen=True):
+    looked: bool
+    deadline_cancelled: int = 0
+    released: int = 0
+
+
+class RunsPass:
+    """Start deadlines and held Runs, after a round's schedule rows. Ownership: borrows the
+    claim pool (READ COMMITTED, autocommit: each statement commits at once)."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        sink: DiagnosticSink,
+        metrics: Metrics,
+        *,
+        budget: int,
+        poll_s: float | None = None,
+    ) -> None:
+        self._db = db
+        self._owner = config.owner
+        self._budget = budget
+        self._poll_s = (
+            request_poll_interval_s(config.cadence_ms, config.lease_ms)
+            if poll_s is None
+            else poll_s
+        )
+        self._next_look = -math.inf
+        self._sink = sink
+        self._metrics = metrics
+        self.deadline_cancelled: Final = Counter(
+            "qlsched_runs_deadline_cancelled",
+            "Queued Runs no worker started by their trigger's start deadline, cancelled.",
+            registry=metrics.registry,
+        )
+        self.released: Final = Counter(
+            "qlsched_runs_released",
+            "Held Runs (overlap buffer_one) released by this replica's pass.",
+            registry=metrics.registry,
+        )
+
+    async def run(self, stop: trio.Event | None = None) -> RunsPassStats:
+        """One pass, when its poll is due (or the last one filled a batch)."""
+        now = trio.current_time()
+        if (stop is not None and stop.is_set()) or now < self._next_look:
+            return RunsPassStats(looked=False)
+        self._next_look = now + self._poll_s
+        try:
+            cancelled = await cancel_unstarted(self._db, limit=self._budget, actor=self._owner)
+            released = await release_held(self._db, limit=self._budget, actor=self._owner)
+        except Exception as exc:
+            # Reported and counted; the next poll tries again (nothing is lost meanwhile:
+            # a Run past its deadline stays queued, a held one held).
+            self._metrics.count_error(RUNS_PASS_FAILED)
+            self._sink.emit(from_exception(RUNS_PASS_FAILED, exc, replica=self._owner))
+            return RunsPassStats(looked=True)
+        self.deadline_cancelled.inc(len(cancelled))
+        self.released.inc(len(released))
+        if self._budget in (len(cancelled), len(released)):
+            self._next_look = now  # a full batch: more may wait
+        return RunsPassStats(looked=True, deadline_cancelled=len(cancelled), released=len(released))
+
+
+class AfterRound(Protocol):
+    async def run(self, stop: trio.Event | None) -> object: ...
+
+
+class Passes:
+    """The passes a round runs after its schedule rows, in order."""
+
+    def __init__(self, passes: Sequence[AfterRound]) -> None:
+        self._passes = tuple(passes)
+
+    async def run(self, stop: trio.Event | None = None) -> list[object]:
+        return [await p.run(stop) for p in self._passes]
