@@ -4,8 +4,9 @@ For a schedule row, every occurrence of its cron from ``decided_from_ms`` (where
 deciding this revision) up to its cursor was decided exactly once: admitted (a Run under
 its cron key, by cron or by a backfill), skipped by policy, coalesced by a late Fire,
 counted as paused by a resume, or skipped by the overlap policy (a Run of the trigger was
-unfinished). A Run its start deadline cancelled is still that occurrence's Run. A backfill that admits an occurrence cron had counted as
-not run moves it into the Runs, and ``backfilled_total`` says how many did, so::
+unfinished). A Run its start deadline cancelled is still that occurrence's Run. A
+backfill that admits an occurrence cron had counted as not run moves it into the Runs, and
+``backfilled_total`` says how many did, so::
 
     runs + skipped + coalesced + paused + overlap_skipped - backfilled == occurrences
 
@@ -67,7 +68,8 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
             f"{self.project_id}/{self.trigger_id}: {self.occurrences} occurrences in"
             f" [{self.decided_from_ms}, {self.cursor_ms}) but runs {self.runs} + skipped"
             f" {self.skipped} + coalesced {self.coalesced} + paused {self.paused}"
-            f" + overlap-skipped {self.overlap_skipped} - backfilled {self.backfilled} = {self.bucketed}"
+            f" + overlap-skipped {self.overlap_skipped} - backfilled {self.backfilled}"
+            f" = {self.bucketed}"
         )
 
 
