@@ -65,6 +65,15 @@ def assert_one_line(result: subprocess.CompletedProcess[str], start: str) -> Non
             'triggers[0] (id "tr"): jitter_ms: 300000 is not below the trigger\'s shortest'
             " period between occurrences, 300000 ms (5 min)",
         ),
+        (
+            PUBLISH_HEAD + 'cron = "* * * * *"\noverlap = "sometimes"\n',
+            "triggers[0] (id \"tr\"): overlap: 'sometimes' is not one of allow, skip,"
+            " buffer_one, cancel_other",
+        ),
+        (
+            PUBLISH_HEAD + 'cron = "* * * * *"\nstart_deadline_ms = 0\n',
+            'triggers[0] (id "tr"): start_deadline_ms: Expected `int` >= 1',
+        ),
     ],
     ids=[
         "cron-237-chars",
@@ -75,6 +84,8 @@ def assert_one_line(result: subprocess.CompletedProcess[str], start: str) -> Non
         "dst-fold",
         "jitter-over-an-hour",
         "jitter-not-below-the-period",
+        "overlap-unknown",
+        "start-deadline-zero",
     ],
 )
 def test_a_bad_publish_file_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
@@ -109,3 +120,19 @@ def test_an_oversized_config_file_is_one_line(tmp_path: Path) -> None:
     config.write_text("# " + "x" * (1024 * 1024) + "\n")
     result = qlsched("check", "--config", str(config), "--dsn", NOWHERE)
     assert_one_line(result, f"qlsched check: config file {config}: larger than 1048576 bytes")
+
+
+@pytest.mark.parametrize("field", ['overlap = "skip"', "start_deadline_ms = 60000"])
+def test_the_edge_refuses_the_fields_that_need_a_worker(tmp_path: Path, field: str) -> None:
+    """Rule: the Edge profile has no worker, so nothing would end its Runs: a trigger with
+    an overlap policy or a start deadline is refused at `edge publish` by name (exit 2,
+    one line), never accepted and ignored, and the file is left untouched."""
+    path = tmp_path / "overlap.toml"
+    path.write_text(PUBLISH_HEAD + f'cron = "* * * * *"\n{field}\n')
+    db = tmp_path / "edge.db"
+    name = field.split(" ")[0]
+    assert_one_line(
+        qlsched("edge", "publish", str(path), "--db", str(db)),
+        f'qlsched edge publish: {path}: triggers[0] (id "tr"): {name}: needs a worker',
+    )
+    assert not db.exists()
