@@ -19,6 +19,7 @@ from qlsched.core.work import Extended, JobResult
 from qlsched.postgres import worker
 from qlsched.postgres.overlap import cancel_unstarted, release_held
 from qlsched.postgres.pool import Connection
+from qlsched.postgres.recovery import recovery_candidates
 from qlsched.tools.accounting import Accounting, account
 from tests.integration.adapter_support import (
     LEASE_MS,
@@ -108,6 +109,18 @@ async def test_buffer_one_holds_one_run_and_its_end_releases_it(pg_db: TestDatab
             [second] = await claim(wdb)
             assert second.run_id == str(held.run_id)
         assert (await schedule(env))["overlap_skipped_total"] == 1
+
+
+async def test_a_held_run_is_pristine_to_startup_recovery(pg_db: TestDatabase) -> None:
+    """Rule: a held Run's Attempt is pristine (no worker took it): startup recovery, which
+    marks every other non-pristine Attempt, leaves it alone."""
+    async with open_env(pg_db) as env:
+        await env.publish(policy_file("buffer_one"))
+        await fire(env)
+        held = await fire(env)
+        assert isinstance(held, Admitted)
+        assert held.held
+        assert await env.runtime(recovery_candidates) == []
 
 
 async def test_a_lost_worker_releases_the_held_run_through_the_reap(pg_db: TestDatabase) -> None:

@@ -1,7 +1,7 @@
 -- name: recovery_candidates
 -- The recovery source (docs/contract.md §5): every runtime-owned, non-terminal Attempt except the
--- pristine ones, with the first reason it is not pristine. Pristine = parent Run queued,
--- not cancelled, queued_at_ms set; the Attempt is the latest of its Run, `claimed`,
+-- pristine ones, with the first reason it is not pristine. Pristine = parent Run queued
+-- (or held by its overlap policy, 0014: queued once released), not cancelled, queued_at_ms set; the Attempt is the latest of its Run, `claimed`,
 -- `remote_worker`, and every worker/session/lease/offer/callback/start/result/error field
 -- still NULL. Anything else stays a candidate (fail closed). Already-marked ones are left out.
 -- Reads only non-terminal Attempts (attempts_live_idx), each checked for a newer Attempt of
@@ -14,7 +14,7 @@ SELECT a.attempt_id, a.run_id,
                        WHERE n.run_id = a.run_id AND n.attempt_no > a.attempt_no)
            THEN 'newer_attempt'
          WHEN a.state <> 'claimed' THEN 'attempt_' || a.state
-         WHEN r.state <> 'queued' THEN 'run_' || r.state
+         WHEN r.state NOT IN ('queued', 'held') THEN 'run_' || r.state
          WHEN r.cancel_requested THEN 'cancel_requested'
          WHEN r.queued_at_ms IS NULL THEN 'queued_at_missing'
          WHEN a.executor_kind <> 'remote_worker' THEN 'executor_kind'
@@ -33,7 +33,7 @@ SELECT a.attempt_id, a.run_id,
    AND r.owner = 'runtime'
    AND NOT EXISTS (SELECT 1 FROM qlsched.recovery_marks AS m WHERE m.attempt_id = a.attempt_id)
    AND NOT (a.state = 'running' AND a.lease_id IS NOT NULL AND a.lease_expires_at_ms IS NOT NULL)
-   AND NOT (a.state = 'claimed' AND r.state = 'queued'
+   AND NOT (a.state = 'claimed' AND r.state IN ('queued', 'held')
             AND NOT r.cancel_requested AND r.queued_at_ms IS NOT NULL
             AND a.executor_kind = 'remote_worker'
             AND a.worker_id IS NULL AND a.session_id IS NULL AND a.lease_id IS NULL
