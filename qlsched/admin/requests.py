@@ -41,6 +41,7 @@ from qlsched.core.requests import (
     NotRecorded,
     Recorded,
     RecordResult,
+    RequestOverlap,
 )
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.requests import record_backfill, record_trigger_now
@@ -113,12 +114,21 @@ def _known(ref: TriggerRef, result: RecordResult) -> RecordResult:
     return result
 
 
+def _overlap(overlap: str | None) -> RequestOverlap | None:
+    if overlap is None:
+        return None
+    if overlap == "allow":
+        return "allow"
+    raise ControlError(f"overlap {overlap!r}: only 'allow' (or None: the trigger's policy)")
+
+
 async def trigger_now(
     dsn: str,
     trigger: str | TriggerRef,
     *,
     note: str | None = None,
     actor: str | None = None,
+    overlap: str | None = None,
 ) -> RecordResult:
     """Ask for one Run of the trigger's current revision now (admin role).
 
@@ -131,12 +141,15 @@ async def trigger_now(
         trigger: ``"PROJECT/TRIGGER"`` or a ``TriggerRef``.
         note: why (kept with the request and its audit row; 1..1000 characters).
         actor: who, in the operator's words (recorded beside the database role).
+        overlap: ``"allow"`` admits it whatever the trigger's overlap policy (default: the
+            policy decides, as for cron's occurrences).
     """
     ref, note, actor = _inputs(trigger, note, actor)
+    asked = _overlap(overlap)
 
     async def fn(conn: Connection) -> RecordResult:
         return await record_trigger_now(
-            conn, ref.project_id, ref.trigger_id, note=note, actor=actor
+            conn, ref.project_id, ref.trigger_id, note=note, actor=actor, overlap=asked
         )
 
     return _known(ref, await as_admin(dsn, "trigger", fn))
@@ -151,6 +164,7 @@ async def backfill(
     max_occurrences: int = BACKFILL_MAX_DEFAULT,
     note: str | None = None,
     actor: str | None = None,
+    overlap: str | None = None,
 ) -> RecordResult:
     """Ask for a Run of every occurrence in ``[start, end]`` (admin role).
 
@@ -164,8 +178,12 @@ async def backfill(
         start, end: aware datetimes or epoch milliseconds (a naive datetime is refused);
             ``end`` not after now.
         max_occurrences: refuse a range of more (1..1,000,000; default 10,000).
+        overlap: ``"allow"`` admits every occurrence whatever the trigger's overlap policy
+            (default: the policy decides: under ``skip`` at most one Run while none is
+            unfinished, under ``buffer_one`` one queued and one held; the rest counted).
     """
     ref, note, actor = _inputs(trigger, note, actor)
+    asked = _overlap(overlap)
     from_ms, until_ms = to_ms(start, "start"), to_ms(end, "end")
     check_range(from_ms, until_ms, max_occurrences)
 
@@ -179,6 +197,7 @@ async def backfill(
             max_occurrences=max_occurrences,
             note=note,
             actor=actor,
+            overlap=asked,
         )
 
     return _known(ref, await as_admin(dsn, "backfill", fn))

@@ -38,3 +38,14 @@ def add_actor_options(p: argparse.ArgumentParser, note: str) -> None:
     p.add_argument("--note", help=note)
     p.add_argument("--actor", help="who acts, recorded beside the database role")
     add_database_options(p, role="admin")
+
+
+def add_overlap_option(p: argparse.ArgumentParser) -> None:
+    """``--overlap allow``: a trigger-now or backfill request that ignores the trigger's
+    overlap policy (by default the policy decides, as for cron's own occurrences)."""
+    p.add_argument(
+        "--overlap",
+        choices=["allow"],
+        default=None,
+        help="admit whatever the trigger's overlap policy says (default: the policy decides)",
+    )

@@ -89,8 +89,12 @@ def _request_line(q: StatusRequest) -> str:
     if q.kind == "backfill":
         line += (
             f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
-            f" {q.already_admitted}) {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
+            f" {q.already_admitted}"
+            + (f", overlap-skipped {q.overlap_skipped}" if q.overlap_skipped else "")
+            + f") {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
         )
+    elif q.overlap_skipped:
+        line += " (overlap-skipped: a Run of the trigger was unfinished)"
     line += f" by {shown(q.actor or q.requested_by)} at {iso(q.created_at_ms)}"
     return line + (f" note {shown(q.note)}" if q.note else "")
 

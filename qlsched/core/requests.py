@@ -29,6 +29,8 @@ BACKFILL_MAX_HARD_CAP: Final = 1_000_000
 """No ``--max`` may exceed this."""
 
 RequestKind = Literal["trigger", "backfill"]
+RequestOverlap = Literal["allow"]
+"""What a request may ask instead of its trigger's overlap policy (None: the policy)."""
 RefusedReason = Literal[
     "trigger_missing",
     "trigger_disabled",
@@ -237,6 +239,8 @@ class RequestAdmitted(_RequestOutcome, frozen=True, tag="request_admitted"):
     already_admitted: int
     """Occurrences whose key was already taken (cron or an earlier request admitted them)."""
     done: bool
+    overlap_skipped: int = 0
+    """Occurrences the trigger's overlap policy gave no Run (a Run of it was unfinished)."""
 
 
 class RequestWaiting(_RequestOutcome, frozen=True, tag="request_waiting"):

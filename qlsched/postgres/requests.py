@@ -47,6 +47,7 @@ from qlsched.core.requests import (
     RequestHeld,
     RequestKind,
     RequestOutcome,
+    RequestOverlap,
     RequestRefused,
     RequestWaiting,
     backfill_count,
@@ -71,6 +72,7 @@ async def _record(
     actor: str | None,
     span: tuple[int, int] | None = None,
     max_occurrences: int | None = None,
+    overlap: RequestOverlap | None = None,
 ) -> RecordResult:
     async with conn.transaction():
         row = await conn.fetchrow(query("request_target"), project_id, trigger_id)
@@ -108,6 +110,7 @@ async def _record(
             total,
             max_occurrences,
             first,
+            overlap,
         )
         assert inserted is not None
         detail: dict[str, Any] = {"request_id": str(inserted["request_id"])}
@@ -142,9 +145,13 @@ async def record_trigger_now(
     *,
     note: str | None = None,
     actor: str | None = None,
+    overlap: RequestOverlap | None = None,
 ) -> RecordResult:
-    """Record a trigger-now request for the trigger's current revision (admin role)."""
-    return await _record(conn, project_id, trigger_id, "trigger", note=note, actor=actor)
+    """Record a trigger-now request for the trigger's current revision (admin role);
+    ``overlap="allow"`` admits it whatever the trigger's overlap policy says."""
+    return await _record(
+        conn, project_id, trigger_id, "trigger", note=note, actor=actor, overlap=overlap
+    )
 
 
 async def record_backfill(
@@ -157,9 +164,11 @@ async def record_backfill(
     max_occurrences: int,
     note: str | None = None,
     actor: str | None = None,
+    overlap: RequestOverlap | None = None,
 ) -> RecordResult:
     """Record a backfill of the occurrences in ``[from_ms, to_ms]`` (admin role); refused
-    with the exact count when the range holds more than ``max_occurrences``."""
+    with the exact count when the range holds more than ``max_occurrences``.
+    ``overlap="allow"`` admits them whatever the trigger's overlap policy says."""
     if not from_ms <= to_ms:
         raise ValueError("from_ms must not be after to_ms")
     if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
@@ -173,6 +182,7 @@ async def record_backfill(
         actor=actor,
         span=(from_ms, to_ms),
         max_occurrences=max_occurrences,
+        overlap=overlap,
     )
 
 
@@ -294,11 +304,12 @@ class PostgresRequestStore:
                 return RequestHeld(*ids)
             if not row["bound_ok"] or (not chunk.occurrences and not chunk.done):
                 return RequestWaiting(*ids)
-            inserted = int(row["inserted"])
+            inserted, skipped = int(row["inserted"]), int(row["skipped"])
             return RequestAdmitted(
                 *ids,
                 admitted=inserted,
-                already_admitted=len(chunk.occurrences) - inserted,
+                already_admitted=len(chunk.occurrences) - inserted - skipped,
+                overlap_skipped=skipped,
                 done=row["state"] == "done",
             )
 

@@ -58,10 +58,12 @@ class StatusRequest(msgspec.Struct, frozen=True):
     last_failure: str | None = None
     held: bool = False
     """Pending for a paused trigger: it takes no claim slot and runs after resume."""
+    overlap_skipped: int = 0
+    """Occurrences the trigger's overlap policy gave no Run (one of it was unfinished)."""
 
     @property
     def done(self) -> int:
-        return self.admitted + self.already_admitted
+        return self.admitted + self.already_admitted + self.overlap_skipped
 
 
 STUCK_AFTER: Final = 3

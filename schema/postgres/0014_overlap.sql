@@ -41,6 +41,15 @@ ALTER TABLE qlsched.trigger_schedules
     ADD COLUMN deadline_cancelled_total bigint NOT NULL DEFAULT 0
         CHECK (deadline_cancelled_total >= 0);
 
+-- Trigger-now and backfill requests follow the trigger's overlap policy unless recorded with
+-- `overlap = 'allow'` (NULL: the trigger's); the occurrences a request's policy skipped are
+-- counted on the request (admitted + already_admitted + overlap_skipped = its total).
+ALTER TABLE qlsched.control_requests
+    ADD COLUMN overlap text CONSTRAINT control_requests_overlap_check CHECK (overlap = 'allow'),
+    ADD COLUMN overlap_skipped bigint NOT NULL DEFAULT 0 CHECK (overlap_skipped >= 0);
+GRANT INSERT (overlap) ON qlsched.control_requests TO qlsched_admin;
+GRANT UPDATE (overlap_skipped) ON qlsched.control_requests TO qlsched_runtime;
+
 -- A trigger's unfinished Runs, read by an admit under a policy other than `allow` (never
 -- under `allow`: the default costs nothing). Finished Runs leave the index, so the read
 -- follows the unfinished Runs of one trigger, never its history.

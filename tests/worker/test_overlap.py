@@ -6,13 +6,19 @@ worker's claim, finish and reap) one step at a time."""
 
 from __future__ import annotations
 
+import datetime as dt
+from functools import partial
 from typing import Any
 
 import msgspec
 import pytest
 import trio
 
-from qlsched.core.control import TriggerRef
+from qlsched.admin.requests import trigger_now
+from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.requests import RequestsPass
+from qlsched.core.config import Config
+from qlsched.core.control import ControlError, TriggerRef
 from qlsched.core.outcomes import Admitted, Outcome, OverlapSkipped
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.core.work import Extended, JobResult
@@ -20,6 +26,7 @@ from qlsched.postgres import worker
 from qlsched.postgres.overlap import cancel_unstarted, release_held
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.recovery import recovery_candidates
+from qlsched.postgres.requests import PostgresRequestStore
 from qlsched.tools.accounting import Accounting, account
 from tests.integration.adapter_support import (
     LEASE_MS,
@@ -30,6 +37,8 @@ from tests.integration.adapter_support import (
     trigger,
 )
 from tests.integration.cluster_support import wait_until
+from tests.integration.schema_support import run_cli
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 from tests.worker.support import claim, events, expire, run_row, worker_db
 
@@ -262,3 +271,73 @@ async def test_the_buckets_add_up_under_each_policy(pg_db: TestDatabase, overlap
         assert account_row.balanced, account_row.describe()
         if overlap != "cancel_other":
             assert account_row.overlap_skipped >= 1, outcomes
+
+
+def _cli(env: Env, *args: str) -> str:
+    result = run_cli([*args, "--dsn", env.db.admin_dsn])
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+async def _requests_pass(env: Env) -> RequestsPass:
+    claim_db, admit_db = await env.open_pools()
+    store = PostgresRequestStore(claim_db, admit_db, sink=env.sink)
+    config = Config(owner="r1", claim_budget=16)
+    return RequestsPass(store, config, MemorySink(), Metrics(), budget=16, poll_s=0.0)
+
+
+async def test_trigger_now_follows_the_policy_unless_it_asks_for_allow(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: a trigger-now request of a `skip` trigger whose Run is unfinished gets no Run
+    (done, counted overlap-skipped on the request, shown by status); one recorded with
+    `--overlap allow` gets its Run anyway."""
+    async with open_env(pg_db) as env:
+        await env.publish(policy_file("skip"))
+        assert isinstance(await fire(env), Admitted)
+        _cli(env, "trigger", "p/t")
+        _cli(env, "trigger", "p/t", "--overlap", "allow")
+        await (await _requests_pass(env)).run()
+        rows = await env.su(
+            "SELECT overlap, state, admitted, overlap_skipped FROM qlsched.control_requests"
+            " ORDER BY created_at_ms, overlap NULLS FIRST"
+        )
+        assert [tuple(r) for r in rows] == [(None, "done", 0, 1), ("allow", "done", 1, 0)]
+        assert await states(env) == ["queued", "queued"]
+        status = run_cli(["status", "--dsn", env.db.observer_dsn])
+        assert "overlap-skipped" in status.stdout, (status.stdout, status.stderr)
+
+
+async def test_a_backfill_under_buffer_one_queues_one_and_holds_one(pg_db: TestDatabase) -> None:
+    """Rule: a backfill of a `buffer_one` trigger with nothing unfinished admits its first
+    occurrence queued and its second held, and counts the rest overlap-skipped; admitted +
+    already admitted + overlap-skipped is the request's total, and it ends done."""
+    async with open_env(pg_db) as env:
+        await env.publish(policy_file("buffer_one"))
+        await env.make_due(ids=["t"])
+        now = await env.now_ms()
+        _cli(env, "backfill", "p/t", "--from", _iso(now - 360_000), "--to", _iso(now - 61_000))
+        rp = await _requests_pass(env)
+        for _ in range(3):
+            await rp.run()
+        [row] = await env.su("SELECT * FROM qlsched.control_requests")
+        assert row["state"] == "done"
+        assert (row["admitted"], row["already_admitted"]) == (2, 0)
+        assert row["overlap_skipped"] == row["total"] - 2
+        assert row["total"] >= 4
+        assert sorted(await states(env)) == ["held", "queued"]
+
+
+def test_a_request_asking_another_overlap_is_refused(pg_db: TestDatabase) -> None:
+    """Rule: `--overlap` takes only `allow` (exit 2, one line, nothing recorded); the admin
+    API refuses any other value with ControlError."""
+    result = run_cli(["trigger", "p/t", "--overlap", "skip", "--dsn", pg_db.admin_dsn])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--overlap" in result.stderr
+    with pytest.raises(ControlError, match="only 'allow'"):
+        trio.run(partial(trigger_now, pg_db.admin_dsn, "p/t", overlap="skip"))

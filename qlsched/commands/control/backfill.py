@@ -14,7 +14,11 @@ from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import backfill, check_range
 from qlsched.commands.control.requests import iso, iso_ms, record
-from qlsched.commands.options import add_actor_options, add_trigger_argument
+from qlsched.commands.options import (
+    add_actor_options,
+    add_overlap_option,
+    add_trigger_argument,
+)
 from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
 
@@ -29,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10_000,
         help="refuse a range of more occurrences (default 10000, at most 1000000)",
     )
+    add_overlap_option(p)
     add_actor_options(p, "why (kept with the request and shown by status)")
 
 
@@ -58,6 +63,7 @@ def main(args: argparse.Namespace) -> int:
                 max_occurrences=args.max,
                 note=args.note,
                 actor=args.actor,
+                overlap=args.overlap,
             )
 
         return call

@@ -12,13 +12,18 @@ from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import trigger_now
 from qlsched.commands.control.requests import iso, record
-from qlsched.commands.options import add_actor_options, add_trigger_argument
+from qlsched.commands.options import (
+    add_actor_options,
+    add_overlap_option,
+    add_trigger_argument,
+)
 from qlsched.core.control import trigger_ref
 from qlsched.core.requests import Recorded, RecordResult
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_trigger_argument(p)
+    add_overlap_option(p)
     add_actor_options(p, "why (kept with the request and shown by status)")
 
 
@@ -35,7 +40,9 @@ def main(args: argparse.Namespace) -> int:
         ref = trigger_ref(args.trigger)
 
         async def call(dsn: str) -> RecordResult:
-            return await trigger_now(dsn, ref, note=args.note, actor=args.actor)
+            return await trigger_now(
+                dsn, ref, note=args.note, actor=args.actor, overlap=args.overlap
+            )
 
         return call
 

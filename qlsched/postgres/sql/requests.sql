@@ -12,11 +12,13 @@ SELECT t.revision, t.enabled, t.cron, t.timezone, t.dst_gap, t.dst_fold,
 -- name: request_insert
 -- Record one request (admin). $1 project, $2 trigger, $3 trigger revision at request time,
 -- $4 kind, $5 note, $6 actor, $7 from_ms, $8 to_ms, $9 total, $10 max, $11 a backfill's
--- first occurrence (its `next_ms`). The id, who (SESSION_USER) and when (database time)
--- are the column defaults.
+-- first occurrence (its `next_ms`), $12 the overlap policy asked for ('allow', or NULL:
+-- the trigger's). The id, who (SESSION_USER) and when (database time) are the column
+-- defaults.
 INSERT INTO qlsched.control_requests (project_id, trigger_id, trigger_revision, kind, note,
-                                      actor, from_ms, to_ms, total, max_occurrences, next_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                      actor, from_ms, to_ms, total, max_occurrences, next_ms,
+                                      overlap)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 RETURNING request_id, created_at_ms, requested_by;
 
 -- name: request_claim
@@ -102,7 +104,13 @@ SELECT now.ms AS now_ms,
 -- not decided where it starts, so nothing is a backfill's yet. A key already taken is
 -- counted (already_admitted), never inserted twice; an occurrence cron had counted as not
 -- run (at or after `decided_from_ms`) and admitted here is counted in `backfilled_total`.
--- The claim is cleared in the same write whatever happened: the next chunk is claimed again.
+-- The trigger's overlap policy (unless the request asked for `allow`) decides each
+-- occurrence from the trigger's unfinished Runs (read only under `skip` or `buffer_one`):
+-- `skip` admits the first only when none is unfinished; `buffer_one` fills the free places
+-- (one queued, one held) in order; the rest are counted in the request's overlap_skipped.
+-- Under `cancel_other` the trigger's other unfinished Runs are cancelled, as a cron admit
+-- does. The claim is cleared in the same write whatever happened: the next chunk is claimed
+-- again.
 WITH now AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS ms
 ),
@@ -111,7 +119,7 @@ draw AS MATERIALIZED (
 ),
 req AS MATERIALIZED (
     SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.total,
-           r.admitted, r.already_admitted
+           r.admitted, r.already_admitted, r.overlap, r.overlap_skipped
       FROM qlsched.control_requests AS r
      WHERE r.request_id = $1 AND r.state = 'pending'
        AND r.claim_owner = $2 AND r.claim_token = $3 AND r.claim_version = $4
@@ -133,7 +141,7 @@ occ AS MATERIALIZED (
            WITH ORDINALITY AS o(scheduled_for_ms, run_id, attempt_id, idempotency_key, ord)
 ),
 spec AS MATERIALIZED (
-    SELECT t.task_id,
+    SELECT t.task_id, COALESCE(q.overlap, t.overlap) AS policy, t.start_deadline_ms,
            CASE
              WHEN p.state IS DISTINCT FROM 'active' THEN 'project_archived'
              WHEN NOT t.enabled THEN 'trigger_disabled'
@@ -153,8 +161,8 @@ spec AS MATERIALIZED (
                       pg_catalog.sha256(pg_catalog.convert_to(e.payload, 'UTF8')), 'hex')
                OR k.content_digest <> e.digest
                THEN 'digest_invalid'
-             WHEN q.admitted + q.already_admitted + (SELECT pg_catalog.count(*) FROM occ)
-                  > COALESCE(q.total, 1)
+             WHEN q.admitted + q.already_admitted + q.overlap_skipped
+                  + (SELECT pg_catalog.count(*) FROM occ) > COALESCE(q.total, 1)
                THEN 'count_mismatch'
            END AS failure
       FROM req AS q
@@ -176,23 +184,59 @@ bound AS MATERIALIZED (
       LEFT JOIN sched AS sc ON true
 ),
 go AS MATERIALIZED (
-    SELECT q.*, sp.task_id
+    SELECT q.*, sp.task_id, sp.policy, sp.start_deadline_ms
       FROM req AS q, spec AS sp, bound AS b
      WHERE sp.failure IS NULL AND b.ok
+),
+-- The trigger's unfinished Runs, read only under a policy that needs them.
+unfinished AS MATERIALIZED (
+    SELECT (SELECT pg_catalog.count(*) FROM qlsched.runs AS u
+             WHERE u.project_id = g.project_id AND u.trigger_id = g.trigger_id
+               AND u.state IN ('queued', 'running')) AS active,
+           (SELECT pg_catalog.count(*) FROM qlsched.runs AS u
+             WHERE u.project_id = g.project_id AND u.trigger_id = g.trigger_id
+               AND u.state = 'held') AS held
+      FROM go AS g
+     WHERE g.policy IN ('skip', 'buffer_one')
+),
+decided AS MATERIALIZED (
+    SELECT o.*,
+           CASE
+             WHEN g.policy NOT IN ('skip', 'buffer_one') THEN 'queue'
+             WHEN g.policy = 'skip'
+               THEN CASE WHEN u.active + u.held = 0 AND o.ord = 1 THEN 'queue' ELSE 'skip' END
+             WHEN u.held > 0 THEN 'skip'
+             WHEN u.active > 0 THEN CASE WHEN o.ord = 1 THEN 'hold' ELSE 'skip' END
+             WHEN o.ord = 1 THEN 'queue'
+             WHEN o.ord = 2 THEN 'hold'
+             ELSE 'skip'
+           END AS decision
+      FROM occ AS o
+     CROSS JOIN go AS g
+      LEFT JOIN unfinished AS u ON true
 ),
 run_rows AS (
     INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
                               task_revision, execution_revision_id, scheduled_for_ms,
                               idempotency_key, state, owner, queued_at_ms, cancel_requested,
                               created_at_ms, admitted_by_owner, admitted_claim_token,
-                              admitted_claim_version)
+                              admitted_claim_version, start_by_ms)
     SELECT o.run_id, g.project_id, g.trigger_id, g.trigger_revision, g.task_id, $8, $9,
-           o.scheduled_for_ms, o.idempotency_key, 'queued', 'runtime', now.ms, false, now.ms,
-           $2, $3, $4
-      FROM go AS g CROSS JOIN occ AS o CROSS JOIN now
+           o.scheduled_for_ms, o.idempotency_key,
+           CASE WHEN o.decision = 'hold' THEN 'held' ELSE 'queued' END, 'runtime', now.ms,
+           false, now.ms, $2, $3, $4,
+           CASE WHEN o.decision = 'queue' THEN now.ms + g.start_deadline_ms END
+      FROM go AS g CROSS JOIN decided AS o CROSS JOIN now
+     WHERE o.decision <> 'skip'
         ON CONFLICT (idempotency_key) DO NOTHING
  RETURNING run_id, scheduled_for_ms
 ),
+overlap_new AS (
+    SELECT n.run_id, g.project_id, g.trigger_id, now.ms AS at_ms, $2::text AS actor
+      FROM run_rows AS n CROSS JOIN go AS g CROSS JOIN now
+     WHERE g.policy = 'cancel_other'
+),
+-- include: cancel_others
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
                                   created_at_ms)
@@ -205,14 +249,17 @@ event_rows AS (
                pg_catalog.int4send((2 * o.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
            o.run_id, ev.seq, ev.type, now.ms, $2
       FROM run_rows AS n
-      JOIN occ AS o ON o.run_id = n.run_id
+      JOIN decided AS o ON o.run_id = n.run_id
      CROSS JOIN draw
      CROSS JOIN now
-     CROSS JOIN (VALUES (1, 'run.created'), (2, 'run.queued')) AS ev(seq, type)
+     CROSS JOIN LATERAL (VALUES (1, 'run.created'),
+                                (2, CASE WHEN o.decision = 'hold' THEN 'run.held'
+                                         ELSE 'run.queued' END)) AS ev(seq, type)
 ),
 counts AS MATERIALIZED (
     SELECT (SELECT pg_catalog.count(*) FROM run_rows) AS inserted,
            (SELECT pg_catalog.count(*) FROM occ) AS chunk,
+           (SELECT pg_catalog.count(*) FROM decided AS d WHERE d.decision = 'skip') AS skipped,
            (SELECT pg_catalog.count(*) FROM run_rows AS n, go AS g, sched AS sc
              WHERE g.kind = 'backfill'
                AND n.scheduled_for_ms >= sc.decided_from_ms) AS recovered,
@@ -232,7 +279,8 @@ settled AS (
                           THEN COALESCE($16::bigint, r.next_ms) ELSE r.next_ms END,
            admitted = r.admitted + c.inserted,
            already_admitted = r.already_admitted
-               + CASE WHEN c.went THEN c.chunk - c.inserted ELSE 0 END,
+               + CASE WHEN c.went THEN c.chunk - c.inserted - c.skipped ELSE 0 END,
+           overlap_skipped = r.overlap_skipped + CASE WHEN c.went THEN c.skipped ELSE 0 END,
            state = CASE WHEN sp.failure IS NOT NULL THEN 'refused'
                         WHEN c.went AND $15::boolean THEN 'done'
                         ELSE 'pending' END,
@@ -254,6 +302,7 @@ SELECT (SELECT ms FROM now) AS now_ms,
        (SELECT b.ok FROM bound AS b) AS bound_ok,
        (SELECT b.held FROM bound AS b) AS held,
        (SELECT c.inserted FROM counts AS c) AS inserted,
+       (SELECT c.skipped FROM counts AS c) AS skipped,
        (SELECT c.went FROM counts AS c) AS went,
        (SELECT s.state FROM settled AS s) AS state;
 
@@ -284,7 +333,7 @@ RETURNING r.state;
 (SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
         r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
         r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner, r.failures, r.last_failure,
+        r.claim_owner, r.failures, r.last_failure, r.overlap_skipped,
         r.state = 'pending' AND EXISTS (
             SELECT 1 FROM qlsched.trigger_schedules AS s
              WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
@@ -297,7 +346,7 @@ UNION
 (SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
         r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
         r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner, r.failures, r.last_failure,
+        r.claim_owner, r.failures, r.last_failure, r.overlap_skipped,
         r.state = 'pending' AND EXISTS (
             SELECT 1 FROM qlsched.trigger_schedules AS s
              WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id

@@ -232,7 +232,7 @@ SELECT v.seq, v.type, v.at_ms, v.actor
 SELECT q.request_id, q.project_id, q.trigger_id, q.trigger_revision, q.kind, q.note,
        q.actor, q.requested_by, q.created_at_ms, q.state, q.refused_reason, q.done_at_ms,
        q.from_ms, q.to_ms, q.total, q.cursor_ms, q.admitted, q.already_admitted,
-       q.claim_owner
+       q.claim_owner, q.overlap_skipped
   FROM qlsched.control_requests AS q
  WHERE (q.created_at_ms, q.request_id) < ($1::bigint, $2::uuid)
  ORDER BY q.created_at_ms DESC, q.request_id DESC
