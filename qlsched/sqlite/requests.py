@@ -41,7 +41,6 @@ from qlsched.core.requests import (
     RequestKind,
     RequestOutcome,
     RequestRefused,
-    RequestView,
     RequestWaiting,
     backfill_count,
     first_occurrence,
@@ -331,43 +330,3 @@ class SqliteRequestStore:
         if row is not None and row[0] == "refused":
             return RequestRefused(*ids, reason="failed_repeatedly")
         return RequestFailed(*ids, sqlstate=code, exception=type(exc).__name__)
-
-
-# --- status ---------------------------------------------------------------------------------
-
-
-def request_views(conn: sqlite3.Connection, limit: int = 20) -> list[RequestView]:
-    """Blocking: the latest requests with their progress, pending ones first (``edge
-    status``); inside the caller's read transaction."""
-    views: list[RequestView] = []
-    for r in conn.execute(query("status_requests"), (limit,)).fetchall():
-        held = r[9] == "pending" and bool(
-            (conn.execute(query("request_held"), (r[1], r[2])).fetchone() or (0,))[0]
-        )
-        views.append(
-            RequestView(
-                request_id=uuid.UUID(r[0]),
-                project_id=r[1],
-                trigger_id=r[2],
-                trigger_revision=r[3],
-                kind=r[4],
-                note=r[5],
-                actor=r[6],
-                requested_by=r[7],
-                created_at_ms=r[8],
-                state=r[9],
-                refused_reason=r[10],
-                done_at_ms=r[11],
-                from_ms=r[12],
-                to_ms=r[13],
-                total=r[14],
-                cursor_ms=r[15],
-                admitted=r[16],
-                already_admitted=r[17],
-                claim_owner=None,
-                failures=r[18],
-                last_failure=r[19],
-                held=held,
-            )
-        )
-    return views
