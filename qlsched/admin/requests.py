@@ -23,7 +23,6 @@ nothing is recorded (``qlsched status`` lists the requests).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 
 from qlsched.admin._session import as_admin
 from qlsched.core.control import (
@@ -37,11 +36,11 @@ from qlsched.core.control import (
 )
 from qlsched.core.requests import (
     BACKFILL_MAX_DEFAULT,
-    BACKFILL_MAX_HARD_CAP,
     NotRecorded,
     Recorded,
     RecordResult,
     RequestOverlap,
+    check_range,
 )
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.requests import record_backfill, record_trigger_now
@@ -55,10 +54,6 @@ __all__ = [
     "to_ms",
     "trigger_now",
 ]
-
-
-EPOCH_MS_MAX: Final = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z: the last instant a range may name (a datetime's own limit)."""
 
 
 def to_ms(instant: datetime | int, what: str = "instant") -> int:
@@ -79,22 +74,6 @@ def to_ms(instant: datetime | int, what: str = "instant") -> int:
     raise ControlError(
         f"{what}: expected an aware datetime or epoch milliseconds, got {type(instant).__name__}"
     )
-
-
-def check_range(from_ms: int, to_ms: int, max_occurrences: int) -> None:
-    """Raise ``ControlError`` for a range outside 1970..9999, a backwards range, or a
-    ``max`` out of bounds (checked here, so no driver or cron code sees such a number)."""
-    for what, ms in (("start", from_ms), ("end", to_ms)):
-        if not 0 <= ms <= EPOCH_MS_MAX:
-            raise ControlError(f"{what}: {ms} is outside 1970-01-01 .. 9999-12-31 (epoch ms)")
-    if from_ms > to_ms:
-        raise ControlError("the range's start is after its end")
-    if (
-        not isinstance(max_occurrences, int)
-        or isinstance(max_occurrences, bool)
-        or not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP
-    ):
-        raise ControlError(f"max: must be 1 to {BACKFILL_MAX_HARD_CAP:,}")
 
 
 def _inputs(

@@ -29,10 +29,9 @@ from prometheus_client import Counter
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
-from qlsched.core.cron import CronSchedule
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
-from qlsched.core.keys import idempotency_key, manual_key, new_id
 from qlsched.core.lease import request_poll_interval_s
+from qlsched.core.request_chunks import RequestCrons, request_chunk
 from qlsched.core.requests import (
     RequestAdmitted,
     RequestChunk,
@@ -45,9 +44,7 @@ from qlsched.core.requests import (
     RequestRefused,
     RequestStore,
     RequestWaiting,
-    backfill_chunk,
 )
-from qlsched.core.spec_cache import InvalidSpec, Lru, build_cron
 
 REQUEST_TASK_FAILED: Final = "request_task_failed"
 
@@ -60,28 +57,6 @@ REQUEST_CODES: Final = (
     "request_commit_unknown",
     "request_failed",
 )
-
-
-def _chunk(
-    claim: RequestClaim,
-    occurrences: list[int],
-    keys: list[str],
-    *,
-    cursor_ms: int | None,
-    done: bool,
-    next_ms: int | None = None,
-) -> RequestChunk:
-    """A chunk with its Run and Attempt ids minted (fresh per try; the keys decide)."""
-    return RequestChunk(
-        claim=claim,
-        occurrences=occurrences,
-        keys=keys,
-        run_ids=[new_id(claim.fence.owner) for _ in occurrences],
-        attempt_ids=[new_id(claim.fence.owner) for _ in occurrences],
-        cursor_ms=cursor_ms,
-        done=done,
-        next_ms=next_ms,
-    )
 
 
 class RequestStats(msgspec.Struct, frozen=True):
@@ -123,7 +98,7 @@ class RequestsPass:
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find
         requests recorded while no replica ran)."""
-        self._crons: Lru[tuple[str, str, str, str], CronSchedule | InvalidSpec] = Lru(1024)
+        self._cron = RequestCrons(sink, config.owner)
         self._sink = sink
         registry = metrics.registry
         self.outcomes: Final = Counter(
@@ -183,58 +158,9 @@ class RequestsPass:
         return outcome
 
     def chunk_for(self, claim: RequestClaim) -> RequestChunk | None:
-        """The occurrences to admit for ``claim``; None: its spec cannot be used (left to
-        expire, reported). A claim of another revision sends an empty chunk: the database
-        refuses the request."""
-        if claim.current_revision != claim.trigger_revision:
-            return _chunk(claim, [], [], cursor_ms=claim.cursor_ms, done=False)
-        if claim.kind == "trigger":
-            key = manual_key(claim.trigger_id, claim.trigger_revision, claim.request_id)
-            return _chunk(claim, [claim.created_at_ms], [key], cursor_ms=None, done=True)
-        cron = self._cron(claim)
-        if cron is None or claim.from_ms is None or claim.to_ms is None:
-            return None
-        # A NULL cron cursor: cron has not decided where it starts (a new or re-published
-        # revision, a trigger paused before its first claim), so nothing is the backfill's
-        # yet; "before now" would let Initialize later set the cursor onto a taken key.
-        below = claim.schedule_cursor_ms if claim.schedule_cursor_ms is not None else -1
-        picked = backfill_chunk(
-            cron,
-            from_ms=claim.from_ms,
-            to_ms=claim.to_ms,
-            cursor_ms=claim.cursor_ms,
-            below_ms=below,
-            limit=self._budget,
-        )
-        keys = [
-            idempotency_key(claim.trigger_id, claim.trigger_revision, t) for t in picked.occurrences
-        ]
-        return _chunk(
-            claim,
-            picked.occurrences,
-            keys,
-            cursor_ms=picked.cursor_ms,
-            done=picked.done,
-            next_ms=picked.next_ms,
-        )
-
-    def _cron(self, claim: RequestClaim) -> CronSchedule | None:
-        cron = self._crons.get(
-            (claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold),
-            lambda: build_cron(claim.cron, claim.timezone, claim.dst_gap, claim.dst_fold),
-        )
-        if isinstance(cron, InvalidSpec):
-            self._sink.emit(
-                Diagnostic(
-                    code="spec_invalid",
-                    replica=self._owner,
-                    project_id=claim.project_id,
-                    trigger_id=claim.trigger_id,
-                    exception=cron.exception,
-                )
-            )
-            return None
-        return cron
+        """The occurrences to admit for ``claim`` (``core.request_chunks``); None: its spec
+        cannot be used (left to expire, reported)."""
+        return request_chunk(claim, self._budget, self._cron)
 
     def _count(self, outcome: RequestOutcome) -> None:
         code = outcome.__struct_config__.tag

@@ -22,15 +22,15 @@ from qlsched.commands.options import add_database_options
 from qlsched.commands.tables import (
     console_for,
     iso,
-    iso_s,
     recent_run_line,
+    request_line,
     schedules_table,
 )
 from qlsched.core.control import ScheduleAction
 from qlsched.core.shown import shown
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
-from qlsched.postgres.status import STATUS_LIMIT, StatusReport, StatusRequest, read_status
+from qlsched.postgres.status import STATUS_LIMIT, StatusReport, read_status
 from qlsched.settings import load_config
 
 
@@ -78,27 +78,6 @@ def _backlog(report: StatusReport) -> str:
     return f"{report.due_backlog}+ (counted up to {report.due_backlog_limit})"
 
 
-def _request_line(q: StatusRequest) -> str:
-    """One request: what was asked, by whom, and how far it got."""
-    state = "held (trigger paused; runs after resume)" if q.held else q.state
-    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {state}"
-    if q.refused_reason is not None:
-        line += f" ({shown(q.refused_reason)})"
-    if q.failures and q.last_failure is not None:
-        line += f" (failed {q.failures} in a row, last {q.last_failure})"
-    if q.kind == "backfill":
-        line += (
-            f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
-            f" {q.already_admitted}"
-            + (f", overlap-skipped {q.overlap_skipped}" if q.overlap_skipped else "")
-            + f") {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
-        )
-    elif q.overlap_skipped:
-        line += " (overlap-skipped: a Run of the trigger was unfinished)"
-    line += f" by {shown(q.actor or q.requested_by)} at {iso(q.created_at_ms)}"
-    return line + (f" note {shown(q.note)}" if q.note else "")
-
-
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
     console, terminal = console_for(file if file is not None else sys.stdout)
@@ -144,7 +123,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             markup=False,
         )
     for q in report.requests:
-        console.print(_request_line(q), markup=False)
+        console.print(request_line(q), markup=False)
     for line in outcome_lines(report):
         console.print(line, markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)

@@ -1,6 +1,6 @@
 """What ``status`` and ``edge status`` print alike: times, the schedules table (rich), the
-recent Runs' lines. Imports rich and ``core`` only, so the Edge's status shares it without
-loading anything of PostgreSQL."""
+requests' and recent Runs' lines. Imports rich and ``core`` only, so the Edge's status
+shares it without loading anything of PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from qlsched.core.cron import dst_policy_label
+from qlsched.core.requests import RequestView
 from qlsched.core.shown import shown
 from qlsched.core.store import ScheduleRow
 
@@ -109,6 +110,27 @@ def recent_run_line(r: RecentRunRow) -> str:
         f"  {r.project_id}/{r.trigger_id} for {iso(r.scheduled_for_ms)} "
         f"{r.state} by {shown(r.admitted_by_owner)} (lag {lag})"
     )
+
+
+def request_line(q: RequestView) -> str:
+    """One request: what was asked, by whom, and how far it got."""
+    state = "held (trigger paused; runs after resume)" if q.held else q.state
+    line = f"request {q.kind} {q.project_id}/{q.trigger_id} {state}"
+    if q.refused_reason is not None:
+        line += f" ({shown(q.refused_reason)})"
+    if q.failures and q.last_failure is not None:
+        line += f" (failed {q.failures} in a row, last {q.last_failure})"
+    if q.kind == "backfill":
+        line += (
+            f" {q.done}/{q.total} (admitted {q.admitted}, already admitted"
+            f" {q.already_admitted}"
+            + (f", overlap-skipped {q.overlap_skipped}" if q.overlap_skipped else "")
+            + f") {iso_s(q.from_ms)}..{iso_s(q.to_ms)}"
+        )
+    elif q.overlap_skipped:
+        line += " (overlap-skipped: a Run of the trigger was unfinished)"
+    line += f" by {shown(q.actor or q.requested_by)} at {iso(q.created_at_ms)}"
+    return line + (f" note {shown(q.note)}" if q.note else "")
 
 
 def console_for(out: IO[str]) -> tuple[Console, bool]:

@@ -19,6 +19,7 @@ from typing import Final, Literal, Protocol
 
 import msgspec
 
+from qlsched.core.control import ControlError
 from qlsched.core.cron import CronSchedule, DstFold, DstGap, next_after
 from qlsched.core.cron_count import count_between
 from qlsched.core.fence import ClaimFence
@@ -27,6 +28,8 @@ BACKFILL_MAX_DEFAULT: Final = 10_000
 """Occurrences a backfill may hold unless ``--max`` says otherwise."""
 BACKFILL_MAX_HARD_CAP: Final = 1_000_000
 """No ``--max`` may exceed this."""
+EPOCH_MS_MAX: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last instant a range may name (a datetime's own limit)."""
 
 RequestKind = Literal["trigger", "backfill"]
 RequestOverlap = Literal["allow"]
@@ -48,6 +51,23 @@ data disagree; or its admit failed ``REQUEST_FAILURES_MAX`` times in a row)."""
 REQUEST_FAILURES_MAX: Final = 5
 """Admits of one request that may fail in a row (each after its own retries) before the
 request is refused ``failed_repeatedly``: never retried forever in silence."""
+
+
+def check_range(from_ms: int, to_ms: int, max_occurrences: int) -> None:
+    """Raise ``ControlError`` for a range outside 1970..9999, a backwards range, or a
+    ``max`` out of bounds: checked once where a range enters (either profile), so no driver
+    or cron code sees such a number."""
+    for what, ms in (("start", from_ms), ("end", to_ms)):
+        if not 0 <= ms <= EPOCH_MS_MAX:
+            raise ControlError(f"{what}: {ms} is outside 1970-01-01 .. 9999-12-31 (epoch ms)")
+    if from_ms > to_ms:
+        raise ControlError("the range's start is after its end")
+    if (
+        not isinstance(max_occurrences, int)
+        or isinstance(max_occurrences, bool)
+        or not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP
+    ):
+        raise ControlError(f"max: must be 1 to {BACKFILL_MAX_HARD_CAP:,}")
 
 
 def backfill_count(cron: CronSchedule, from_ms: int, to_ms: int) -> int:
@@ -221,6 +241,45 @@ class NotRecorded(msgspec.Struct, frozen=True):
 
 
 RecordResult = Recorded | NotRecorded
+
+
+class RequestView(msgspec.Struct, frozen=True):
+    """One trigger-now or backfill request and its progress (``done`` of ``total``), as
+    ``status`` and ``edge status`` show it."""
+
+    request_id: uuid.UUID
+    project_id: str
+    trigger_id: str
+    trigger_revision: int
+    kind: str
+    note: str | None
+    actor: str | None
+    requested_by: str
+    created_at_ms: int
+    state: str
+    refused_reason: str | None
+    done_at_ms: int | None
+    from_ms: int | None
+    to_ms: int | None
+    total: int | None
+    cursor_ms: int | None
+    admitted: int
+    already_admitted: int
+    """Occurrences whose key already had a Run (cron admitted them, or an earlier request)."""
+    claim_owner: str | None
+    """The replica whose lease holds it (always None on the Edge: no lease)."""
+    failures: int = 0
+    """Admits of it that failed in a row (refused ``failed_repeatedly`` at the bound)."""
+    last_failure: str | None = None
+    held: bool = False
+    """Pending for a paused trigger: it takes no claim slot and runs after resume."""
+    overlap_skipped: int = 0
+    """Occurrences the trigger's overlap policy gave no Run (one of it was unfinished; the
+    cluster only: the Edge has no overlap policy)."""
+
+    @property
+    def done(self) -> int:
+        return self.admitted + self.already_admitted + self.overlap_skipped
 
 
 # --- outcomes of one request's admit ------------------------------------------------------

@@ -3,7 +3,8 @@
 A round is the shared engine's (``qlsched.engine.round``): it reads up to ``claim_budget``
 due rows (a read, ``SqliteStore.claim``), decides each with ``core.decide`` on the read's
 time, and writes every Fire, Initialize and Skip in one transaction (``SqliteStore.commit``),
-each fenced by its cursor compare-and-set. Rounds never
+each fenced by its cursor compare-and-set; then it serves the trigger-now and backfill
+requests (``edge.requests``), each chunk in its own transaction. Rounds never
 overlap; a round that filled its budget and wrote something is followed at once by the next
 (catch-up). Stop is graceful by construction: a round's transaction runs in a worker thread
 that is never abandoned, so a stop between rounds or after the current one loses nothing.
@@ -19,15 +20,15 @@ from typing import Final, Protocol
 import trio
 
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.edge.requests import NOMINAL_LEASE_MS, EdgeRequests
 from qlsched.edge.settings import EdgeSettings
 from qlsched.engine.round import RoundEngine, RoundMetrics
 from qlsched.engine.stats import RoundStats
 from qlsched.sqlite.errors import EdgeDatabaseError
+from qlsched.sqlite.requests import SqliteRequestStore
 from qlsched.sqlite.store import SqliteStore
 from qlsched.summary import SummaryCounts
 
-NOMINAL_LEASE_MS: Final = 30_000
-"""Recorded in a claim's nominal fence only; nothing expires on the Edge."""
 SPEC_CACHE_SIZE: Final = 1024
 TICK_SLACK_MS: Final = 2
 
@@ -67,6 +68,12 @@ class EdgeScheduler:
             sink=sink,
             metrics=self.metrics,
             spec_cache_size=SPEC_CACHE_SIZE,
+            requests=EdgeRequests(
+                SqliteRequestStore(store.db),
+                owner=settings.owner,
+                budget=settings.claim_budget,
+                sink=sink,
+            ),
             writer=store,
         )
 

@@ -7,11 +7,11 @@ schedule row), and every lag or lease left is computed against it. Every read is
 
 from __future__ import annotations
 
-import uuid
 from typing import Final
 
 import msgspec
 
+from qlsched.core.requests import RequestView
 from qlsched.core.store import DUE_BACKLOG_LIMIT, ScheduleRow
 from qlsched.postgres import observe
 from qlsched.postgres.control import with_controls
@@ -30,40 +30,8 @@ class RecentRun(msgspec.Struct, frozen=True):
     admitted_by_owner: str
 
 
-class StatusRequest(msgspec.Struct, frozen=True):
-    """One trigger-now or backfill request and its progress (``done`` of ``total``)."""
-
-    request_id: uuid.UUID
-    project_id: str
-    trigger_id: str
-    trigger_revision: int
-    kind: str
-    note: str | None
-    actor: str | None
-    requested_by: str
-    created_at_ms: int
-    state: str
-    refused_reason: str | None
-    done_at_ms: int | None
-    from_ms: int | None
-    to_ms: int | None
-    total: int | None
-    cursor_ms: int | None
-    admitted: int
-    already_admitted: int
-    """Occurrences whose key already had a Run (cron admitted them, or an earlier request)."""
-    claim_owner: str | None
-    failures: int = 0
-    """Admits of it that failed in a row (refused ``failed_repeatedly`` at the bound)."""
-    last_failure: str | None = None
-    held: bool = False
-    """Pending for a paused trigger: it takes no claim slot and runs after resume."""
-    overlap_skipped: int = 0
-    """Occurrences the trigger's overlap policy gave no Run (one of it was unfinished)."""
-
-    @property
-    def done(self) -> int:
-        return self.admitted + self.already_admitted + self.overlap_skipped
+StatusRequest = RequestView
+"""One request as ``status`` shows it: the view both profiles share (``core.requests``)."""
 
 
 STUCK_AFTER: Final = 3

@@ -32,7 +32,7 @@ from qlsched.sqlite.database import rollback
 from qlsched.sqlite.queries import query
 
 
-def _os_user() -> str:
+def os_user() -> str:
     try:
         return getpass.getuser()[:200] or "unknown"
     except (KeyError, OSError):
@@ -46,7 +46,7 @@ def _row(conn: sqlite3.Connection, ref: TriggerRef) -> Any:
     return row
 
 
-def _record(
+def record_action(
     conn: sqlite3.Connection,
     ref: TriggerRef,
     row: Any,
@@ -57,9 +57,10 @@ def _record(
     at_ms: int,
     occurrences: int = 0,
 ) -> int:
+    """Append one audit row (``row[0]``: the trigger revision acted on); its id."""
     (action_id,) = conn.execute(
         query("control_record_action"),
-        (ref.project_id, ref.trigger_id, row[0], kind, note, _os_user(), actor, at_ms, occurrences),
+        (ref.project_id, ref.trigger_id, row[0], kind, note, os_user(), actor, at_ms, occurrences),
     ).fetchone()
     return int(action_id)
 
@@ -75,7 +76,7 @@ def pause(
             rollback(conn)
             return AlreadyPaused(ref.project_id, ref.trigger_id, row[2], row[3])
         conn.execute(query("control_pause"), (ref.project_id, ref.trigger_id, now_ms, note))
-        action_id = _record(conn, ref, row, "pause", note=note, actor=actor, at_ms=now_ms)
+        action_id = record_action(conn, ref, row, "pause", note=note, actor=actor, at_ms=now_ms)
         conn.execute(query("commit"))
     except BaseException:
         rollback(conn)
@@ -115,7 +116,7 @@ def resume(
             query("control_resume"),
             (ref.project_id, ref.trigger_id, next_ms, catch_up_ms, paused, now_ms, due),
         )
-        action_id = _record(
+        action_id = record_action(
             conn, ref, row, "resume", note=None, actor=actor, at_ms=now_ms, occurrences=paused
         )
         conn.execute(query("commit"))

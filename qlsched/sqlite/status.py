@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 
 import msgspec
 
+from qlsched.core.requests import RequestView
 from qlsched.core.store import ScheduleView
 from qlsched.sqlite.queries import query
 
@@ -28,6 +30,9 @@ class EdgeStatus(msgspec.Struct, frozen=True):
     runs_total: int
     schedules: list[ScheduleView]
     recent_runs: list[RecentRun]
+    requests: list[RequestView] = msgspec.field(default_factory=list)
+    """Trigger-now and backfill requests: the pending ones (held when paused), then the
+    latest, with their progress."""
 
 
 def schedule_views(
@@ -66,6 +71,43 @@ def schedule_views(
     ]
 
 
+def request_views(conn: sqlite3.Connection, limit: int = 20) -> list[RequestView]:
+    """Blocking: the latest requests with their progress, pending ones first (``edge
+    status``); inside the caller's read transaction."""
+    views: list[RequestView] = []
+    for r in conn.execute(query("status_requests"), (limit,)).fetchall():
+        held = r[9] == "pending" and bool(
+            (conn.execute(query("request_held"), (r[1], r[2])).fetchone() or (0,))[0]
+        )
+        views.append(
+            RequestView(
+                request_id=uuid.UUID(r[0]),
+                project_id=r[1],
+                trigger_id=r[2],
+                trigger_revision=r[3],
+                kind=r[4],
+                note=r[5],
+                actor=r[6],
+                requested_by=r[7],
+                created_at_ms=r[8],
+                state=r[9],
+                refused_reason=r[10],
+                done_at_ms=r[11],
+                from_ms=r[12],
+                to_ms=r[13],
+                total=r[14],
+                cursor_ms=r[15],
+                admitted=r[16],
+                already_admitted=r[17],
+                claim_owner=None,
+                failures=r[18],
+                last_failure=r[19],
+                held=held,
+            )
+        )
+    return views
+
+
 def read_status(
     conn: sqlite3.Connection,
     path: str,
@@ -84,6 +126,7 @@ def read_status(
         backlog = int(conn.execute(query("due_backlog"), (now_ms,)).fetchone()[0])
         total = int(conn.execute(query("runs_count")).fetchone()[0])
         runs = [RecentRun(*r) for r in conn.execute(query("runs_recent"), (recent,))]
+        requests = request_views(conn, recent)
     finally:
         conn.execute(query("rollback"))
     return EdgeStatus(
@@ -94,4 +137,5 @@ def read_status(
         runs_total=total,
         schedules=schedules,
         recent_runs=runs,
+        requests=requests,
     )

@@ -29,6 +29,7 @@ from typing import Any, Final
 from qlsched.core.fence import Claim, ClaimFence, FireRequest
 from qlsched.core.outcomes import (
     Admitted,
+    AlreadyAdmitted,
     DigestInvalid,
     DigestPart,
     FenceLost,
@@ -73,19 +74,21 @@ def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
     return FenceLost(p, t, part="state")
 
 
-def _execution_fault(conn: sqlite3.Connection, claim: Claim) -> DigestPart | RevisionPart | None:
-    """What is wrong with the execution revision ``claim`` pins, or None: its digest is
+def execution_fault(
+    conn: sqlite3.Connection, execution_revision_id: uuid.UUID, task_revision: int
+) -> DigestPart | RevisionPart | None:
+    """What is wrong with the execution revision a Run would pin, or None: its digest is
     re-computed from the payload, its executor checked, its task revision still current.
 
     The rest of what the Run pins (trigger revision and digest, task revision, project and
     trigger active) is fixed by the trigger revision, which the compare-and-set checks:
     publish moves it whenever any of them changes.
     """
-    row = conn.execute(query("execution_check"), (str(claim.execution_revision_id),)).fetchone()
+    row = conn.execute(query("execution_check"), (str(execution_revision_id),)).fetchone()
     if row is None:
         return "execution"
-    executor, payload, digest, task_revision, task_now = row
-    if task_revision != claim.task_revision or task_now != task_revision:
+    executor, payload, digest, pinned, task_now = row
+    if pinned != task_revision or task_now != pinned:
         return "task"
     if hashlib.sha256(payload.encode("utf-8")).hexdigest() != digest:
         return "execution"
@@ -125,6 +128,25 @@ def _advance(
 RunRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
 
 
+def insert_runs(conn: sqlite3.Connection, rows: Sequence[RunRows]) -> set[uuid.UUID]:
+    """Insert Runs, then the Attempts and events of those inserted, one batch per table;
+    the run ids whose key already had a Run (cron and a backfill share the cron key), which
+    get nothing: a taken key is counted as admitted, never a retry loop."""
+    if not rows:
+        return set()
+    inserted = conn.executemany(query("run_insert"), [r[0] for r in rows]).rowcount
+    taken: set[uuid.UUID] = set()
+    if inserted != len(rows):
+        for run, _, _ in rows:
+            (holder,) = conn.execute(query("run_by_key"), (run[8],)).fetchone()
+            if holder != run[0]:
+                taken.add(uuid.UUID(run[0]))
+    kept = [r for r in rows if uuid.UUID(r[0][0]) not in taken] if taken else rows
+    conn.executemany(query("attempt_insert"), [r[1] for r in kept])
+    conn.executemany(query("events_insert"), [r[2] for r in kept])
+    return taken
+
+
 class _Round:
     """One ``commit``'s writes inside its transaction. The execution revision checks are
     made once per revision, not once per Run."""
@@ -142,7 +164,7 @@ class _Round:
             return RevisionChanged(p, t, part="cursor")
         key = (claim.execution_revision_id, claim.task_revision)
         if key not in self._faults:
-            self._faults[key] = _execution_fault(self.conn, claim)
+            self._faults[key] = execution_fault(self.conn, *key)
         match self._faults[key]:
             case None:
                 pass
@@ -180,12 +202,31 @@ class _Round:
         events = (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner)
         return run, attempt, events
 
-    def insert(self, rows: Sequence[RunRows]) -> None:
-        """Insert admitted Runs with their Attempts and events, one batch per table."""
-        if rows:
-            self.conn.executemany(query("run_insert"), [r[0] for r in rows])
-            self.conn.executemany(query("attempt_insert"), [r[1] for r in rows])
-            self.conn.executemany(query("events_insert"), [r[2] for r in rows])
+    def insert(self, fires: Sequence[FireRequest]) -> set[uuid.UUID]:
+        """Insert the Fires' Runs with their Attempts and events, one batch per table; the
+        run ids of those whose key already had a Run (``taken_runs``), left out."""
+        rows = [self.rows(f) for f in fires]
+        taken = insert_runs(self.conn, rows)
+        for fire in fires:
+            if fire.run_id in taken:
+                claim = fire.claim
+                self.conn.execute(
+                    query("count_already_admitted"), (claim.project_id, claim.trigger_id)
+                )
+        return taken
+
+    def outcome(self, fire: FireRequest, taken: set[uuid.UUID]) -> Admitted | AlreadyAdmitted:
+        """The Fire admitted, or its cursor moved past a key another path took."""
+        if fire.run_id not in taken:
+            return self.admitted(fire)
+        claim = fire.claim
+        return AlreadyAdmitted(
+            claim.project_id,
+            claim.trigger_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            idempotency_key=fire.idempotency_key,
+            admitted_at_ms=self.now_ms,
+        )
 
     def admitted(self, fire: FireRequest) -> Admitted:
         claim = fire.claim
@@ -213,7 +254,7 @@ def _settle_one(
     return Skipped(p, t, next_ms=decision.next_ms, skipped=decision.skipped)
 
 
-_DONE = (Admitted, Initialized, Skipped)
+_DONE = (Admitted, AlreadyAdmitted, Initialized, Skipped)
 
 
 class SqliteStore:
@@ -227,6 +268,11 @@ class SqliteStore:
 
     def __init__(self, db: EdgeDatabase) -> None:
         self._db = db
+
+    @property
+    def db(self) -> EdgeDatabase:
+        """The file this store borrows (its requests are served on the same connection)."""
+        return self._db
 
     def clock(self) -> int:
         """The store's clock (epoch ms): the time its reads and writes are decided on."""
@@ -306,18 +352,19 @@ class SqliteStore:
     def _write_batched(
         r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
     ) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        rows: list[RunRows] = []
+        outcomes: list[Outcome | None] = []
+        moved: list[tuple[int, FireRequest]] = []
         for fire in fires:
             refused = r.advance_fire(fire)
             if refused is None:
-                rows.append(r.rows(fire))
-                outcomes.append(r.admitted(fire))
-            else:
-                outcomes.append(refused)
-        r.insert(rows)
-        outcomes.extend(_settle_one(r.conn, c, d, r.now_ms) for c, d in settles)
-        return outcomes
+                moved.append((len(outcomes), fire))
+            outcomes.append(refused)
+        taken = r.insert([f for _, f in moved])
+        for i, fire in moved:
+            outcomes[i] = r.outcome(fire, taken)
+        done: list[Outcome] = [o for o in outcomes if o is not None]
+        done.extend(_settle_one(r.conn, c, d, r.now_ms) for c, d in settles)
+        return done
 
     @staticmethod
     def _write_each(
@@ -332,11 +379,8 @@ class SqliteStore:
             try:
                 if isinstance(write, FireRequest):
                     refused = r.advance_fire(write)
-                    if refused is None:
-                        r.insert([r.rows(write)])
-                        outcome = r.admitted(write)
-                    else:
-                        outcome = refused
+                    taken = r.insert([write]) if refused is None else set()
+                    outcome = r.outcome(write, taken) if refused is None else refused
                 else:
                     outcome = _settle_one(r.conn, claim, write, r.now_ms)
             except sqlite3.IntegrityError as exc:

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from tests.conformance.harness import StoreHarness
+from tests.conformance.harness import RequestHarness, StoreHarness
 from tests.conformance.memory_harness import open_memory_harness
 from tests.conformance.pg_harness import open_pg_harness
 from tests.conformance.sqlite_harness import open_sqlite_harness
@@ -29,4 +29,21 @@ HARNESSES: dict[str, HarnessFactory] = {
 @pytest.fixture(params=sorted(HARNESSES))
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[StoreHarness]:
     async with HARNESSES[request.param](request) as opened:
+        yield opened
+
+
+RequestHarnessFactory = Callable[
+    [pytest.FixtureRequest], AbstractAsyncContextManager[RequestHarness]
+]
+
+REQUEST_HARNESSES: dict[str, RequestHarnessFactory] = {
+    "postgres": open_pg_harness,
+    "sqlite": open_sqlite_harness,
+}
+"""The stores with trigger-now and backfill requests: the cluster's and the Edge's."""
+
+
+@pytest.fixture(params=sorted(REQUEST_HARNESSES))
+async def request_harness(request: pytest.FixtureRequest) -> AsyncIterator[RequestHarness]:
+    async with REQUEST_HARNESSES[request.param](request) as opened:
         yield opened

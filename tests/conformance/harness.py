@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from qlsched.core.requests import RecordResult, RequestStore
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.core.store import ScheduleReader, ScheduleStore
 
@@ -106,6 +107,52 @@ class StoreHarness(Protocol):
 
     async def runs(self) -> list[RunRow]:
         """Every Run, ordered by (project_id, trigger_id, scheduled_for_ms)."""
+        ...
+
+
+class RequestRow(msgspec.Struct, frozen=True):
+    """One request as stored: what it is and how far it got."""
+
+    request_id: uuid.UUID
+    kind: str
+    state: str
+    admitted: int
+    already_admitted: int
+    refused_reason: str | None
+    failures: int
+
+
+class RequestHarness(StoreHarness, Protocol):
+    """A store with trigger-now and backfill requests (the PostgreSQL adapter and the Edge
+    file): recorded as the operator's command records them, served by the profile's own
+    requests pass (the cluster's ``RequestsPass``, the Edge's ``EdgeRequests``)."""
+
+    @property
+    def request_store(self) -> RequestStore:
+        """The store's request port, for a test to claim and admit chunk by chunk."""
+        ...
+
+    async def record_trigger_now(self, project_id: str, trigger_id: str) -> RecordResult: ...
+
+    async def record_backfill(
+        self,
+        project_id: str,
+        trigger_id: str,
+        from_ms: int,
+        to_ms: int,
+        max_occurrences: int = 10_000,
+    ) -> RecordResult: ...
+
+    async def serve_requests(self, budget: int) -> None:
+        """One requests pass of the profile, with claim budget ``budget``."""
+        ...
+
+    async def requests(self) -> list[RequestRow]:
+        """Every request, in the order they were recorded."""
+        ...
+
+    async def break_run_inserts(self, trigger_id: str) -> None:
+        """From now on every Run insert of ``trigger_id`` fails (a database trigger)."""
         ...
 
 

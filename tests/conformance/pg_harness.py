@@ -14,24 +14,33 @@ from typing import Any
 
 import pytest
 
+from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.requests import RequestsPass
+from qlsched.core.config import Config
 from qlsched.core.control import TriggerRef
+from qlsched.core.requests import RecordResult
 from qlsched.core.specs import PublishFile
 from qlsched.postgres import control
-from qlsched.postgres.pool import Connection, connect_once, open_database
+from qlsched.postgres.pool import Connection, Database, connect_once, open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.reader import PostgresReader
+from qlsched.postgres.requests import PostgresRequestStore, record_backfill, record_trigger_now
 from qlsched.postgres.store import PostgresStore
-from tests.conformance.harness import PublishingHarness, RunRow, ScheduleRow
+from tests.conformance.harness import PublishingHarness, RequestRow, RunRow, ScheduleRow
+from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
 
 class PgHarness(PublishingHarness):
     leases = True
 
-    def __init__(self, db: TestDatabase, store: PostgresStore, reader: PostgresReader) -> None:
+    def __init__(
+        self, db: TestDatabase, claim_db: Database, admit_db: Database, reader: PostgresReader
+    ) -> None:
         super().__init__()
         self.db = db
-        self._store = store
+        self._pools = (claim_db, admit_db)
+        self._store = PostgresStore(claim_db, admit_db)
         self._reader = reader
 
     @property
@@ -98,6 +107,59 @@ class PgHarness(PublishingHarness):
         )
         return ScheduleRow(**dict(rows[0]))
 
+    @property
+    def request_store(self) -> PostgresRequestStore:
+        return PostgresRequestStore(*self._pools)
+
+    async def record_trigger_now(self, project_id: str, trigger_id: str) -> RecordResult:
+        return await connect_once(
+            self.db.admin_dsn, lambda conn: record_trigger_now(conn, project_id, trigger_id)
+        )
+
+    async def record_backfill(
+        self,
+        project_id: str,
+        trigger_id: str,
+        from_ms: int,
+        to_ms: int,
+        max_occurrences: int = 10_000,
+    ) -> RecordResult:
+        return await connect_once(
+            self.db.admin_dsn,
+            lambda conn: record_backfill(
+                conn,
+                project_id,
+                trigger_id,
+                from_ms=from_ms,
+                to_ms=to_ms,
+                max_occurrences=max_occurrences,
+            ),
+        )
+
+    async def serve_requests(self, budget: int) -> None:
+        config = Config(owner="r1", claim_budget=budget)
+        await RequestsPass(
+            self.request_store, config, MemorySink(), Metrics(), budget=budget, poll_s=0
+        ).run()
+
+    async def requests(self) -> list[RequestRow]:
+        rows = await self._su(
+            "SELECT request_id, kind, state, admitted::int, already_admitted::int,"
+            " refused_reason, failures FROM qlsched.control_requests"
+            " ORDER BY created_at_ms, request_id"
+        )
+        return [RequestRow(*r.values()) for r in rows]
+
+    async def break_run_inserts(self, trigger_id: str) -> None:
+        await self._su(
+            "CREATE FUNCTION public.refuse_run() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$BEGIN RAISE EXCEPTION 'refused by the test'; END$$"
+        )
+        await self._su(
+            "CREATE TRIGGER refuse_run BEFORE INSERT ON qlsched.runs FOR EACH ROW"
+            f" WHEN (NEW.trigger_id = '{trigger_id}') EXECUTE FUNCTION public.refuse_run()"
+        )
+
     async def runs(self) -> list[RunRow]:
         rows = await self._su(
             "SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,"
@@ -120,4 +182,4 @@ async def open_pg_harness(request: pytest.FixtureRequest) -> AsyncIterator[PgHar
         admit_db = await stack.enter_async_context(
             open_database(db.runtime_dsn, isolation="serializable")
         )
-        yield PgHarness(db, PostgresStore(claim_db, admit_db), PostgresReader(claim_db))
+        yield PgHarness(db, claim_db, admit_db, PostgresReader(claim_db))

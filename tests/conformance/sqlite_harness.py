@@ -19,12 +19,16 @@ import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.jitter import jitter_offset_ms
+from qlsched.core.requests import RecordResult
 from qlsched.core.specs import PublishFile
+from qlsched.edge.requests import EdgeRequests
 from qlsched.sqlite import control
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
+from qlsched.sqlite.requests import SqliteRequestStore, record_request
 from qlsched.sqlite.store import SqliteStore
-from tests.conformance.harness import PublishingHarness, RunRow, ScheduleRow
+from tests.conformance.harness import PublishingHarness, RequestRow, RunRow, ScheduleRow
+from tests.support.memory_sink import MemorySink
 
 RUNS = """
 SELECT r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms, r.idempotency_key,
@@ -118,6 +122,66 @@ class SqliteHarness(PublishingHarness):
             )
 
         return await self.db.call(read)
+
+    @property
+    def request_store(self) -> SqliteRequestStore:
+        return SqliteRequestStore(self.db)
+
+    async def record_trigger_now(self, project_id: str, trigger_id: str) -> RecordResult:
+        ref = TriggerRef(project_id, trigger_id)
+        return await self.db.call(
+            lambda conn: record_request(
+                conn, ref, self.db.clock(), "trigger", note=None, actor=None
+            )
+        )
+
+    async def record_backfill(
+        self,
+        project_id: str,
+        trigger_id: str,
+        from_ms: int,
+        to_ms: int,
+        max_occurrences: int = 10_000,
+    ) -> RecordResult:
+        ref = TriggerRef(project_id, trigger_id)
+        return await self.db.call(
+            lambda conn: record_request(
+                conn,
+                ref,
+                self.db.clock(),
+                "backfill",
+                note=None,
+                actor=None,
+                span=(from_ms, to_ms),
+                max_occurrences=max_occurrences,
+            )
+        )
+
+    async def serve_requests(self, budget: int) -> None:
+        await EdgeRequests(self.request_store, owner="r1", budget=budget, sink=MemorySink()).run()
+
+    async def requests(self) -> list[RequestRow]:
+        def read(conn: sqlite3.Connection) -> list[RequestRow]:
+            return [
+                RequestRow(uuid.UUID(r[0]), *r[1:])
+                for r in conn.execute(
+                    "SELECT request_id, kind, state, admitted, already_admitted,"
+                    " refused_reason, failures FROM control_requests"
+                    " ORDER BY created_at_ms, request_id"
+                )
+            ]
+
+        return await self.db.call(read)
+
+    async def break_run_inserts(self, trigger_id: str) -> None:
+        def create(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "CREATE TRIGGER refuse_run BEFORE INSERT ON runs"
+                f" WHEN NEW.trigger_id = '{trigger_id}'"
+                " BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+            )
+
+        await self.db.call(create)
 
     async def runs(self) -> list[RunRow]:
         def read(conn: sqlite3.Connection) -> list[RunRow]:

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
@@ -17,7 +18,14 @@ from qlsched.core.cron import parse_cron
 from qlsched.core.decide import TriggerSpec, decide
 from qlsched.core.fence import FireRequest
 from qlsched.core.keys import fire_request, idempotency_key
-from qlsched.core.outcomes import Admitted, DigestInvalid, Fire, Skip, StoreFailed
+from qlsched.core.outcomes import (
+    Admitted,
+    AlreadyAdmitted,
+    DigestInvalid,
+    Fire,
+    Skip,
+    StoreFailed,
+)
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.edge.http import open_http_listeners, serve_http
 from qlsched.edge.scheduler import EdgeScheduler, EdgeSettings
@@ -228,21 +236,56 @@ async def due_fires(store: SqliteStore, limit: int = 10) -> list[FireRequest]:
     return fires
 
 
+async def _one_admitted(db: EdgeDatabase, now: list[int], store: SqliteStore) -> Admitted:
+    """Three triggers initialised, a minute on, and t1's Fire alone admitted."""
+    entries = [trigger(f"t{i}", "skip") for i in range(3)]
+    await db.call(lambda conn: publish(conn, spec_file(*entries), now[0]))
+    await EdgeScheduler(store, EdgeSettings(), MemorySink()).run_round()
+    now[0] += MINUTE
+    [first] = await store.commit([f for f in await due_fires(store) if f.claim.trigger_id == "t1"])
+    assert isinstance(first, Admitted)
+    return first
+
+
 async def test_a_constraint_failure_leaves_out_that_row_alone(
     edge: tuple[EdgeDatabase, list[int]],
 ) -> None:
-    """When one row of a batch fails a constraint (its occurrence already has a Run: the
-    cursor was moved back by hand), that row alone is refused as StoreFailed with its cursor
-    untouched, and the round's other Runs commit."""
+    """When one row of a batch fails a constraint (its Fire carries the Run id of another
+    Fire of the batch), that row alone is refused as StoreFailed with its cursor untouched,
+    and the round's other Runs commit."""
     db, now = edge
     entries = [trigger(f"t{i}", "skip") for i in range(3)]
     await db.call(lambda conn: publish(conn, spec_file(*entries), now[0]))
     store = SqliteStore(db)
-    scheduler = EdgeScheduler(store, EdgeSettings(), MemorySink())
-    await scheduler.run_round()
+    await EdgeScheduler(store, EdgeSettings(), MemorySink()).run_round()
     now[0] += MINUTE
-    [first] = await store.commit([f for f in await due_fires(store) if f.claim.trigger_id == "t1"])
-    assert isinstance(first, Admitted)
+    fires = await due_fires(store)
+    fires[1] = msgspec.structs.replace(fires[1], run_id=fires[0].run_id)
+    cursor = fires[1].claim.cursor_ms
+
+    outcomes = await store.commit(fires)
+
+    assert [type(o).__name__ for o in outcomes] == ["Admitted", "StoreFailed", "Admitted"]
+    assert isinstance(outcomes[1], StoreFailed)
+    assert outcomes[1].sqlstate == "SQLITE_CONSTRAINT_PRIMARYKEY"
+    path = Path(db.path)
+    assert read(path, "SELECT trigger_id, count(*) FROM runs GROUP BY 1") == [("t0", 1), ("t2", 1)]
+    assert read(path, "SELECT next_fire_at_ms FROM trigger_schedules WHERE trigger_id = 't1'") == [
+        (cursor,)
+    ]
+    assert read(path, AUDIT_BAD_RUNS) == []
+
+
+async def test_a_key_taken_moves_the_cursor_past_it(
+    edge: tuple[EdgeDatabase, list[int]],
+) -> None:
+    """A Fire whose key already has a Run (the cursor moved back onto it, as a backfill
+    taking the occurrence first would leave it) is never a retry loop: the cursor moves
+    past it, the row counts it in ``already_admitted_total``, no second Run, Attempt or
+    event is written, and the round's other Runs commit."""
+    db, now = edge
+    store = SqliteStore(db)
+    first = await _one_admitted(db, now, store)
 
     def move_back(conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -255,19 +298,23 @@ async def test_a_constraint_failure_leaves_out_that_row_alone(
 
     outcomes = await store.commit(await due_fires(store))
 
-    assert [type(o).__name__ for o in outcomes] == ["Admitted", "StoreFailed", "Admitted"]
-    assert isinstance(outcomes[1], StoreFailed)
-    assert outcomes[1].sqlstate == "SQLITE_CONSTRAINT_UNIQUE"
+    assert [type(o) for o in outcomes] == [Admitted, AlreadyAdmitted, Admitted]
+    assert outcomes[1].idempotency_key == first.idempotency_key  # type: ignore[union-attr]
     path = Path(db.path)
     assert read(path, "SELECT trigger_id, count(*) FROM runs GROUP BY 1") == [
         ("t0", 1),
         ("t1", 1),
         ("t2", 1),
     ]
-    assert read(path, "SELECT next_fire_at_ms FROM trigger_schedules WHERE trigger_id = 't1'") == [
-        (first.scheduled_for_ms,)
-    ]
+    assert read(
+        path,
+        "SELECT next_fire_at_ms, already_admitted_total FROM trigger_schedules"
+        " WHERE trigger_id = 't1'",
+    ) == [(first.scheduled_for_ms + MINUTE, 1)]
     assert read(path, AUDIT_BAD_RUNS) == []
+    assert read(path, "SELECT count(*) FROM attempts") == [(3,)]
+    now[0] += MINUTE
+    assert [type(o) for o in await store.commit(await due_fires(store))] == [Admitted] * 3
 
 
 async def test_a_corrupt_execution_revision_admits_nothing(

@@ -13,7 +13,8 @@ import argparse
 from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import backfill, check_range
-from qlsched.commands.control.requests import iso, iso_ms, record
+from qlsched.commands.control.lines import iso_ms, recorded_line
+from qlsched.commands.control.requests import record
 from qlsched.commands.options import (
     add_actor_options,
     add_overlap_option,
@@ -42,12 +43,7 @@ def main(args: argparse.Namespace) -> int:
 
     def describe(result: RecordResult) -> str:
         assert isinstance(result, Recorded)
-        return (
-            f"backfill {result.project_id}/{result.trigger_id}: request {result.request_id}"
-            f" recorded for {result.total:,} occurrences from {iso(span[0])} to {iso(span[1])}"
-            f" (revision {result.trigger_revision}); replicas admit them (qlsched status"
-            " shows the progress)"
-        )
+        return recorded_line(result, (span[0], span[1]), edge=False)
 
     def prepare() -> Callable[[str], Awaitable[RecordResult]]:
         ref = trigger_ref(args.trigger)

@@ -12,27 +12,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from qlsched.commands._common import fail, run_command
 from qlsched.commands.control.common import admin_dsn
-from qlsched.core.control import ControlError
 from qlsched.core.requests import NotRecorded, RecordResult
-
-
-def iso_ms(flag: str, text: str) -> int:
-    """An ISO 8601 date or date-time as epoch ms; without an offset it is UTC."""
-    try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise ControlError(f"{flag}: {text!r} is not an ISO 8601 date or date-time") from None
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return int(instant.timestamp() * 1000)
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def record(

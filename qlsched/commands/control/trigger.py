@@ -11,7 +11,8 @@ import argparse
 from collections.abc import Awaitable, Callable
 
 from qlsched.admin.requests import trigger_now
-from qlsched.commands.control.requests import iso, record
+from qlsched.commands.control.lines import recorded_line
+from qlsched.commands.control.requests import record
 from qlsched.commands.options import (
     add_actor_options,
     add_overlap_option,
@@ -30,11 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     def describe(result: RecordResult) -> str:
         assert isinstance(result, Recorded)
-        return (
-            f"trigger {result.project_id}/{result.trigger_id}: request {result.request_id}"
-            f" recorded at {iso(result.created_at_ms)} for revision {result.trigger_revision};"
-            " a replica admits it (qlsched status shows it)"
-        )
+        return recorded_line(result, edge=False)
 
     def prepare() -> Callable[[str], Awaitable[RecordResult]]:
         ref = trigger_ref(args.trigger)

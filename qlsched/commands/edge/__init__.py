@@ -24,6 +24,8 @@ SUBCOMMANDS = {
     "status": "schedules and recent runs of the file",
     "pause": "stop scheduling a trigger until it is resumed",
     "resume": "schedule a paused trigger again, counting what fell inside",
+    "trigger": "ask for one Run of a trigger now",
+    "backfill": "ask for the Runs of a trigger's occurrences in a past range",
 }
 DB_HELP = (
     "the Edge database file (default: QLSCHED_EDGE_DB, else edge.sqlite3 under the user's"
@@ -37,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="edge_command",
         metavar="SUBCOMMAND",
         required=True,
-        help="publish, run, status, pause or resume",
+        help="publish, run, status, pause, resume, trigger or backfill",
     )
     for name, text in SUBCOMMANDS.items():
         module = importlib.import_module("qlsched.commands.edge." + name)

@@ -1,5 +1,6 @@
-"""``qlsched edge status --db PATH [--json]``: schedules, backlog and recent Runs of the file,
-read without the run lock (works while ``edge run`` holds the file)."""
+"""``qlsched edge status --db PATH [--json]``: schedules, backlog, trigger-now and backfill
+requests (pending, held, progress) and recent Runs of the file, read without the run lock
+(works while ``edge run`` holds the file)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from qlsched.sqlite.status import EdgeStatus, read_status
 def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     """Print the report with ``status``'s table: styled on a terminal, plain otherwise.
     (rich is imported here: parsing ``edge run``'s flags must not load it.)"""
-    from qlsched.commands.tables import console_for, iso, recent_run_line, schedules_table
+    from qlsched.commands.tables import (
+        console_for,
+        iso,
+        recent_run_line,
+        request_line,
+        schedules_table,
+    )
 
     console, terminal = console_for(file if file is not None else sys.stdout)
     runner = f"pid {report.scheduler_pid}" if report.scheduler_pid else "not running"
@@ -32,6 +39,8 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
         console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
     else:
         console.print("no triggers published (qlsched edge publish FILE.toml)", markup=False)
+    for q in report.requests:
+        console.print(request_line(q), markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         console.print(recent_run_line(r), markup=False)

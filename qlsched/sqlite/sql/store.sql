@@ -52,12 +52,24 @@ SELECT s.trigger_revision, s.state_version, s.next_fire_at_ms, s.active, p.state
 -- name: run_insert
 -- The queued Run, with the round's fence. ?1 run, ?2 project, ?3 trigger, ?4 revision, ?5 task,
 -- ?6 task revision, ?7 execution revision, ?8 scheduled_for, ?9 key, ?10 now, ?11 owner,
--- ?12 token, ?13 state version.
+-- ?12 token, ?13 state version (a request's: nominal). A key that already has a Run (cron
+-- and a backfill share the cron key) inserts nothing: the caller counts it as admitted.
 INSERT INTO runs (run_id, project_id, trigger_id, trigger_revision, task_id, task_revision,
                   execution_revision_id, scheduled_for_ms, idempotency_key, state, owner,
                   queued_at_ms, cancel_requested, created_at_ms, admitted_by_owner,
                   admitted_claim_token, admitted_claim_version)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', 'runtime', ?10, 0, ?10, ?11, ?12, ?13);
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', 'runtime', ?10, 0, ?10, ?11, ?12, ?13)
+    ON CONFLICT (idempotency_key) DO NOTHING;
+
+-- name: run_by_key
+-- Which Run holds key ?1 (after an insert that found it taken).
+SELECT run_id FROM runs WHERE idempotency_key = ?1;
+
+-- name: count_already_admitted
+-- A cron Fire found its key taken (a backfill admitted the occurrence): counted on its row,
+-- in the round's transaction. ?1 project, ?2 trigger.
+UPDATE trigger_schedules SET already_admitted_total = already_admitted_total + 1
+ WHERE project_id = ?1 AND trigger_id = ?2;
 
 -- name: attempt_insert
 -- The pristine claimed remote_worker Attempt. ?1 attempt, ?2 run, ?3 now ms.
