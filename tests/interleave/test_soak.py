@@ -20,11 +20,17 @@ replays it) picks, again and again, one of:
 * schedule control on project ``ctl`` (its own triggers, so the oracle's windows above
   stay whole): ``pause`` and ``resume`` (either catch-up) of a random trigger, a
   trigger-now, a backfill of a random past range, and a publish that adds a trigger
-  (sometimes while others are paused).
+  (sometimes while others are paused);
+* the worker: a ``qlsched work`` process runs every Run (project ``ovl`` has a 1.5 s job
+  on every-second triggers under overlap ``skip``, ``buffer_one`` and ``cancel_other``,
+  the last with a start deadline); it is SIGKILLed (restarted after a moment) or
+  SIGSTOPped past its lease, and ``ovl`` gets trigger-now and backfill requests.
 
 After every action the accounting (``tools.accounting``: Runs + skipped + coalesced +
-paused - backfilled equals the cron's occurrences over each row's window) is checked on
-the ``gate`` and ``ctl`` rows, as one statement's snapshot; at the end, with every
+paused + overlap-skipped - backfilled equals the cron's occurrences over each row's
+window) is checked on the ``gate``, ``ctl`` and ``ovl`` rows, as one statement's snapshot,
+and so is the overlap promise (``skip``: never two Runs queued or running; ``buffer_one``:
+never two, and never two held); at the end, with every
 trigger resumed and the replicas given a few seconds, no request is left failing or held
 and no row is stuck.
 
@@ -83,6 +89,7 @@ from tests.support.faults import (
     report,
     seed_cursors,
 )
+from tests.worker.proc_support import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -107,9 +114,38 @@ ACTIONS = {
     "ctl_now": 2,
     "ctl_backfill": 2,
     "ctl_publish": 1,
+    "worker_kill": 1,
+    "worker_stop": 1,
+    "ovl_request": 1,
 }
 CTL = "ctl"
 CTL_TASK = "ctl-job"
+OVL = "ovl"
+OVL_FILE = PublishFile(
+    projects=[ProjectEntry(id=OVL)],
+    tasks=[TaskEntry(project=OVL, id="slow", command="sleep 1.5")],
+    triggers=[
+        TriggerEntry(project=OVL, id="o-skip", task="slow", cron=CRONS[0], overlap="skip"),
+        TriggerEntry(project=OVL, id="o-buffer", task="slow", cron=CRONS[0], overlap="buffer_one"),
+        TriggerEntry(
+            project=OVL,
+            id="o-cancel",
+            task="slow",
+            cron=CRONS[1],
+            overlap="cancel_other",
+            start_deadline_ms=3_000,
+        ),
+    ],
+)
+OVERLAP_SQL = """
+SELECT r.trigger_id, t.overlap,
+       count(*) FILTER (WHERE r.state IN ('queued', 'running'))::int AS active,
+       count(*) FILTER (WHERE r.state = 'held')::int AS held
+  FROM qlsched.runs AS r
+  JOIN qlsched.triggers AS t USING (project_id, trigger_id)
+ WHERE r.project_id = 'ovl' AND r.state IN ('held', 'queued', 'running')
+ GROUP BY r.trigger_id, t.overlap
+"""
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +201,9 @@ class Soak:
         self.replicas = [
             ReplicaProcess(f"soak-{n}", db.runtime_dsn, workdir) for n in ("a", "b", "c")
         ]
+        self.worker = WorkerProcess(
+            "soak-w", db.dsn("qlsched_worker"), workdir, lease_ms=3_000, concurrency=8
+        )
 
     # --- database access that rides out a restart -----------------------------------------
 
@@ -271,6 +310,16 @@ class Soak:
             await r.kill()
             r.extra_env = env
             await self.start(r)
+        elif kind == "worker_kill":
+            await self.worker.kill()
+            await trio.sleep(rng.uniform(0, 2))
+            await self.start_worker()
+        elif kind == "worker_stop":
+            self.worker.send(signal.SIGSTOP)
+            await trio.sleep(rng.uniform(0.5, 5))
+            self.worker.send(signal.SIGCONT)
+        elif kind == "ovl_request":
+            await self.ovl_request()
         elif kind == "pause":
             await trio.sleep(rng.uniform(0.5, 3))
         elif kind.startswith("ctl_"):
@@ -329,14 +378,53 @@ class Soak:
         except Exception:
             self.counts[f"{kind}_failed"] += 1
 
+    async def ovl_request(self) -> None:
+        """A trigger-now or a backfill of the last seconds on an ``ovl`` trigger: it
+        follows the trigger's overlap policy."""
+        rng = self.rng
+        trigger = rng.choice(OVL_FILE.triggers).id
+
+        async def fn(conn: Connection) -> Any:
+            if rng.random() < 0.5:
+                return await record_trigger_now(conn, OVL, trigger)
+            now = int(await conn.fetchval(f"SELECT {NOW_MS_SQL}"))
+            return await record_backfill(
+                conn, OVL, trigger, from_ms=now - 10_000, to_ms=now - 3_000, max_occurrences=100
+            )
+
+        try:
+            await connect_once(self.db.admin_dsn, fn)
+        except Exception:
+            self.counts["ovl_request_failed"] += 1
+
     async def check_accounts(self, step: int) -> None:
-        """Every occurrence in exactly one bucket, on the rows that keep one revision."""
+        """Every occurrence in exactly one bucket, on the rows that keep one revision; the
+        overlap policies' promise on ``ovl``'s Runs, in one snapshot."""
 
         async def fn(conn: Connection) -> list[str]:
-            return unbalanced(await account(conn, [PROJECT, CTL]))
+            problems = unbalanced(await account(conn, [PROJECT, CTL, OVL]))
+            for r in await conn.fetch(OVERLAP_SQL):
+                if r["overlap"] in ("skip", "buffer_one") and r["active"] > 1:
+                    problems.append(f"{r['trigger_id']}: {r['active']} Runs queued or running")
+                if r["overlap"] == "skip" and r["held"]:
+                    problems.append(f"{r['trigger_id']}: a held Run under skip")
+                if r["held"] > 1:
+                    problems.append(f"{r['trigger_id']}: {r['held']} held Runs")
+            return problems
 
         for problem in await self._retry(self.db.superuser_dsn, fn):
             self.findings.setdefault(problem, f"after action {step} ({self.last})")
+
+    async def start_worker(self) -> None:
+        """Start the worker (again); a start refused while the server restarts is retried."""
+        for attempt in range(20):
+            try:
+                await self.worker.start()
+                return
+            except RuntimeError:
+                if attempt == 19:
+                    raise
+                await trio.sleep(0.5)
 
     async def settle_controls(self) -> list[str]:
         """Resume every ``ctl`` trigger and wait (bounded) for every request to end: what
@@ -357,9 +445,17 @@ class Soak:
                 "SELECT project_id, trigger_id, failures, last_failure"
                 " FROM qlsched.trigger_schedules WHERE failures > 0"
             )
-            return [f"request left: {tuple(r)}" for r in rows] + [
-                f"row failing: {tuple(r)}" for r in stuck
-            ]
+            waiting = await conn.fetch(
+                "SELECT h.trigger_id FROM qlsched.runs AS h WHERE h.state = 'held'"
+                " AND NOT EXISTS (SELECT 1 FROM qlsched.runs AS u"
+                " WHERE u.project_id = h.project_id AND u.trigger_id = h.trigger_id"
+                " AND u.state IN ('queued', 'running'))"
+            )
+            return (
+                [f"request left: {tuple(r)}" for r in rows]
+                + [f"row failing: {tuple(r)}" for r in stuck]
+                + [f"held Run waiting with nothing active: {r[0]}" for r in waiting]
+            )
 
         result: list[str] = []
         for _ in range(60):  # 30 s at most
@@ -400,6 +496,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
         soak = Soak(rng, server, db, tmp_path)
         await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.churn.file()))
         await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.ctl_file()))
+        await connect_once(db.admin_dsn, lambda conn: publish(conn, OVL_FILE))
         async with open_su(db.superuser_dsn) as su:
             baseline = await seed_cursors(su, lead_ms=3000)
         await soak.record()
@@ -412,6 +509,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
             async with trio.open_nursery() as nursery:
                 for r in soak.replicas:
                     nursery.start_soon(soak.start, r)
+                nursery.start_soon(soak.start_worker)
             deadline = trio.current_time() + SOAK_SECONDS
             step = 0
             while trio.current_time() < deadline:
@@ -427,6 +525,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
             with trio.CancelScope(shield=True):
                 for r in soak.replicas:
                     await r.stop()
+                await soak.worker.stop()
         soak.last = "the end, replicas stopped"
         await soak.check_now(starts, step + 1)
         await soak.check_accounts(step + 1)
