@@ -51,7 +51,9 @@ def pruned_line(totals: PrunedTotals) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = p.add_subparsers(
+        dest="action", metavar="ACTION", required=True, help="set it, or show it"
+    )
     set_p = actions.add_parser(
         "set",
         help="keep finished Runs this long (admin DSN)",
