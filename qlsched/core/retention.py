@@ -76,10 +76,9 @@ class RetentionSetting(msgspec.Struct, frozen=True, kw_only=True):
 
     retention_ms: int | None
     """None: off (every Run is kept)."""
-    now_ms: int
-    """The database's clock when read."""
     horizon_ms: int | None
-    """Finished Runs that ended before this are deleted (None: off)."""
+    """Finished Runs that ended before this are deleted (None: off): the database's
+    clock when read, less the retention."""
     updated_by: str | None = None
     updated_at_ms: int | None = None
 

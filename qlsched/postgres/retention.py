@@ -51,7 +51,6 @@ async def read_setting(conn: Connection) -> RetentionSetting:
     ms = row["retention_ms"]
     return RetentionSetting(
         retention_ms=None if ms is None else int(ms),
-        now_ms=int(row["now_ms"]),
         horizon_ms=None if ms is None else int(row["horizon_ms"]),
         updated_by=row["updated_by"],
         updated_at_ms=row["updated_at_ms"],

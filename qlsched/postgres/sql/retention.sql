@@ -9,7 +9,6 @@ SELECT p.runs, p.attempts, p.events, p.marks, p.horizon_ms
 -- The retention (any role: all read it), the horizon it puts now by the database's clock
 -- (NULL when off), and who set it when.
 SELECT r.retention_ms, r.updated_by, r.updated_at_ms,
-       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint
        - r.retention_ms AS horizon_ms
   FROM qlsched.retention AS r;
