@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import trio
+from prometheus_client import CollectorRegistry
 
+from qlsched.cluster.retention import Pruner, RetentionMetrics
 from qlsched.core.work import JobResult
 from qlsched.postgres import worker
 from qlsched.postgres.retention import prune_batch, read_totals, set_retention
@@ -197,6 +199,39 @@ async def test_runs_locked_by_another_pruner_are_skipped_not_waited_on(env: Env)
     left = {r["run_id"] for r in await env.su("SELECT run_id FROM qlsched.runs")}
     assert not {r["run_id"] for r in locked} & left  # oldest first once free
     assert (await env.admin(read_totals)).runs == 20
+
+
+async def test_a_failing_batch_is_a_diagnostic_and_the_next_pass_goes_on(env: Env) -> None:
+    """Rule: a prune that fails never ends the replica's pruner: the pass stops with a
+    `retention_failed` diagnostic (its SQLSTATE, no message) and a failure count, and the
+    next pass, once the cause is gone, deletes and counts as usual; a pass sends batches
+    until one comes back short."""
+    await env.publish(_one_trigger())
+    await env.su_exec(_SYNTHETIC_HISTORY, 25, 2 * HOUR_MS)
+    await set_retention_ms(env, HOUR_MS)
+    registry = CollectorRegistry()
+    pruner = Pruner(
+        env.claim_db,
+        owner="r1",
+        cadence_ms=1000,
+        sink=env.sink,
+        metrics=RetentionMetrics(registry),
+        batch=10,
+    )
+    await env.su_exec(
+        "REVOKE EXECUTE ON FUNCTION qlsched.prune_finished_runs(integer) FROM qlsched_runtime"
+    )
+    assert await pruner.prune_pass() is False
+    [failed] = env.sink.items
+    assert (failed.code, failed.replica, failed.sqlstate) == ("retention_failed", "r1", "42501")
+    assert registry.get_sample_value("qlsched_retention_failures_total") == 1
+    await env.su_exec(
+        "GRANT EXECUTE ON FUNCTION qlsched.prune_finished_runs(integer) TO qlsched_runtime"
+    )
+    assert await pruner.prune_pass() is False  # 10, 10, then 5: short, the pass ends
+    assert await env.su_val("SELECT count(*) FROM qlsched.runs") == 0
+    for name, value in (("pruned_runs", 25), ("pruned_events", 50), ("batches", 3)):
+        assert registry.get_sample_value(f"qlsched_retention_{name}_total") == value
 
 
 def _one_trigger() -> Any:
