@@ -187,7 +187,7 @@ def test_the_prune_batch_is_an_index_scan_bounded_by_its_limit(
     """Rule: a prune batch's cost does not grow with the history: its Runs come from an
     index scan of runs_finished_idx in finished_at_ms order under the batch's LIMIT, which
     reads the batch's rows (not the 50,000 behind them), with no sort and no sequential
-    scan anywhere in the statement; with the pool's settings and with the planner's
+    scan of a table the history grows; with the pool's settings and with the planner's
     defaults. The deletes of what references the batch are index scans too."""
     seed_trigger(pg_db.admin_dsn)
     _history(pg_db.superuser_dsn)
@@ -198,7 +198,11 @@ def test_the_prune_batch_is_an_index_scan_bounded_by_its_limit(
     assert limit["Actual Rows"] == BATCH
     assert scan["Actual Rows"] == BATCH  # read no further than the LIMIT
     seq = {n["Relation Name"] for n in _nodes(plan) if n["Node Type"] == "Seq Scan"}
-    assert seq <= {"retention"}, seq  # the one-row setting, nothing that grows
+    # Never a table that grows with the history. With the planner's defaults a one-row
+    # trigger_schedules may be read whole (it grows with the triggers, not the history);
+    # with the replica's pool settings only the one-row setting is.
+    assert not seq & {"runs", "attempts", "run_events", "recovery_marks"}, seq
+    assert seq <= ({"retention"} if settings else {"retention", "trigger_schedules"}), seq
     assert "Sort" not in {n["Node Type"] for n in _nodes(limit)}
     deleted = {n["Relation Name"]: n for n in _nodes(plan) if n["Node Type"] == "ModifyTable"}
     assert set(deleted) == {"runs", "attempts", "run_events", "recovery_marks", "retention_pruned"}
