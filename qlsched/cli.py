@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "qlsched.commands.control.backfill",
         "ask for the Runs of a trigger's occurrences in a past range (admin DSN)",
     ),
+    "retention": (
+        "qlsched.commands.retention",
+        "how long finished Runs are kept: set DURATION|off, show (admin DSN)",
+    ),
     "run": ("qlsched.commands.run", "run one cluster-control replica (runtime DSN)"),
     "status": (
         "qlsched.commands.status",

@@ -3,7 +3,8 @@
 ``trigger_now`` and ``backfill`` record a request with the admin role (with its audit row
 in ``schedule_actions``) and return what happened as a value: ``Recorded`` (pending; a
 replica admits it) or ``NotRecorded`` (refused at once, with the reason: a disabled or
-archived trigger, a range past the database's now, or more occurrences than
+archived trigger, a range past the database's now, a start before the retention horizon
+(``before_retention``, with the earliest start allowed), or more occurrences than
 ``max_occurrences``, with the exact count). Bad input raises before anything connects.
 
 Example::
@@ -155,7 +156,8 @@ async def backfill(
     Args:
         trigger: ``"PROJECT/TRIGGER"`` or a ``TriggerRef``.
         start, end: aware datetimes or epoch milliseconds (a naive datetime is refused);
-            ``end`` not after now.
+            ``end`` not after now, ``start`` not before the retention horizon (Runs that
+            ended before it are deleted, so their keys are free: docs/contract.md §14).
         max_occurrences: refuse a range of more (1..1,000,000; default 10,000).
         overlap: ``"allow"`` admits every occurrence whatever the trigger's overlap policy
             (default: the policy decides: under ``skip`` at most one Run while none is

@@ -35,6 +35,7 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.requests import RequestsPass
+from qlsched.cluster.retention import Pruner, RetentionMetrics
 from qlsched.cluster.runs_pass import Passes, RunsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
@@ -158,6 +159,8 @@ class ClusterControl:
     """The start/stop steps in the order they happened (tests check the order)."""
     http_address: tuple[str, int] | None = None
     app: AdmissionApp | None = None
+    pruner: Pruner | None = None
+    """Deletes finished Runs past the retention, beside the rounds (``cluster.retention``)."""
     _stop_requested: trio.Event = dataclasses.field(
         default_factory=trio.Event, init=False, repr=False
     )
@@ -244,6 +247,10 @@ async def open_cluster_control(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(lifecycle.run, name=f"qlsched.lifecycle({config.owner})")
                     trace.append("lifecycle_started")
+                    if control.pruner is not None:
+                        await nursery.start(
+                            control.pruner.run, name=f"qlsched.retention({config.owner})"
+                        )
                     http_scope = trio.CancelScope()
                     await _open_http(nursery, http_scope, control, http_reader, sink)
                     try:
@@ -287,7 +294,7 @@ def _assemble(
     trace: list[str],
 ) -> ClusterControl:
     """The replica's parts over its claim and admit pools: stores, metrics, the round
-    engine with its requests pass, the lifecycle."""
+    engine with its requests pass, the lifecycle, and the pruner beside it."""
     claim_db, admit_db = dbs
     store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
     metrics = Metrics(admit_counts=store)
@@ -307,7 +314,16 @@ def _assemble(
     lifecycle = Lifecycle(
         coordinator, config, answering=lambda: claim_db.answering and admit_db.answering
     )
-    return ClusterControl(config, store, metrics, lifecycle, readiness, recovery, trace)
+    pruner = Pruner(
+        claim_db,
+        owner=config.owner,
+        cadence_ms=config.cadence_ms,
+        sink=sink,
+        metrics=RetentionMetrics(metrics.registry),
+    )
+    return ClusterControl(
+        config, store, metrics, lifecycle, readiness, recovery, trace, pruner=pruner
+    )
 
 
 async def _open_http(
@@ -349,6 +365,8 @@ async def _stop_in_order(
         http_scope.cancel()
         trace.append("http_closed")
     control.lifecycle.stop()
+    if control.pruner is not None:
+        control.pruner.stop()
     if trio.current_effective_deadline() == -math.inf:
         # The embedder's scope is cancelled: cut at once, no drain.
         nursery.cancel_scope.cancel()

@@ -38,7 +38,9 @@ from qlsched.tools.bench.machine import machine
 from qlsched.tools.bench.render import render
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchReport
-from qlsched.tools.bench.runner import Target, run_bench, run_sweep_bench
+from qlsched.tools.bench.retention import FLOOR_HISTORY, retention_lines
+from qlsched.tools.bench.retention_results import RetentionCost
+from qlsched.tools.bench.runner import Target, run_bench, run_retention_bench, run_sweep_bench
 from qlsched.tools.bench.session import BenchOptions, options_for
 from qlsched.tools.bench.sweep import SweepReport, draw_sweep, parse_counts, render_sweep
 from qlsched.tools.fleet import ReplicaFailed
@@ -51,6 +53,8 @@ EMBEDDED_SETTINGS = {"shared_buffers": "256MB", "max_wal_size": "2GB"}
 """The embedded server's settings beyond qlsched.embedded's own: room for the 1M-row tables
 in memory, and no checkpoint storm in the middle of a bulk load."""
 CLEANUP_S = 30.0
+MIN_RETENTION_HISTORY = FLOOR_HISTORY
+MAX_RETENTION_HISTORY = 100_000_000
 
 
 def _pgbench(explicit_bindir: str | None, server_bindir: Path | None) -> Path | None:
@@ -77,8 +81,8 @@ async def _bench(
     fleet: Fleet,
     workdir: Path,
     sweep_counts: list[int] | None = None,
-) -> BenchReport | SweepReport:
-    async def work() -> BenchReport | SweepReport:
+) -> BenchReport | SweepReport | RetentionCost:
+    async def work() -> BenchReport | SweepReport | RetentionCost:
         initialised = await init_db(superuser_dsn, database=database, want_passwords=want_passwords)
         runtime = next(r.dsn for r in initialised.roles if r.role == "qlsched_runtime")
         observer = next(r.dsn for r in initialised.roles if r.role == "qlsched_observer")
@@ -100,6 +104,8 @@ async def _bench(
             return await run_sweep_bench(
                 target, options, sweep_counts, fleet=fleet, workdir=workdir
             )
+        if options.retention_only:
+            return await run_retention_bench(target, options, fleet=fleet, workdir=workdir)
         return await run_bench(target, options, fleet=fleet, workdir=workdir)
 
     return await run_until_signal(work, signal.SIGTERM)
@@ -119,6 +125,12 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--replicas {args.replicas}: must be 1..{MAX_REPLICAS}"
     if not 1 <= args.seconds <= MAX_SECONDS:
         return f"--seconds {args.seconds}: must be 1..{MAX_SECONDS}"
+    history = args.retention_history
+    if history is not None and not MIN_RETENTION_HISTORY <= history <= MAX_RETENTION_HISTORY:
+        return (
+            f"--retention-history {history}: must be"
+            f" {MIN_RETENTION_HISTORY:,}..{MAX_RETENTION_HISTORY:,}"
+        )
     return None
 
 
@@ -177,6 +189,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--from-json", metavar="FILE", help="with --plot: chart a saved --json report, no run"
     )
     p.add_argument(
+        "--retention-history",
+        type=int,
+        metavar="N",
+        help="finished Runs the retention phase prunes over (default 1000000, 50000 with"
+        " --quick; the figure to run once is 10000000)",
+    )
+    p.add_argument(
+        "--retention-only",
+        action="store_true",
+        help="only the retention phase: a prune batch over N finished Runs against the floor",
+    )
+    p.add_argument(
         "--sweep",
         metavar="R,R,...",
         help="only the burst drain and its ceiling at each replica count, e.g. 1,2,4,8,16",
@@ -204,6 +228,8 @@ def main(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         quick=args.quick,
         scale=args.scale,
+        retention_history=args.retention_history,
+        retention_only=args.retention_only,
     )
     drop: tuple[str, str] | None = None
     try:
@@ -256,6 +282,8 @@ def main(args: argparse.Namespace) -> int:
             _drop_quietly(*drop)
     if isinstance(report, SweepReport):
         return _sweep_output(report, args)
+    if isinstance(report, RetentionCost):
+        return _retention_output(report, args)
     return _report_output(report, args)
 
 
@@ -298,6 +326,17 @@ def _sweep_output(report: SweepReport, args: argparse.Namespace) -> int:
     if args.plot is not None:
         print(f"qlsched bench: chart {draw_sweep(report, args.plot)}", file=sys.stderr)
     return 0 if report.exactly_once else 1
+
+
+def _retention_output(report: RetentionCost, args: argparse.Namespace) -> int:
+    """``--retention-only``: the phase's figures (or ``--json``); exit 1 unless exact."""
+    if args.json:
+        doc = {"machine": msgspec.to_builtins(machine()), "retention": msgspec.to_builtins(report)}
+        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+    else:
+        print("\n".join(retention_lines(report)).strip())
+    sys.stdout.flush()
+    return 0 if report.floor.exact and report.large.exact else 1
 
 
 def _failure(leaf: BaseException, original: BaseException) -> int:

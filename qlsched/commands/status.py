@@ -19,6 +19,7 @@ import msgspec
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.commands.options import add_database_options
+from qlsched.commands.retention import pruned_line, setting_line
 from qlsched.commands.tables import (
     console_for,
     iso,
@@ -126,6 +127,10 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         console.print(request_line(q), markup=False)
     for line in outcome_lines(report):
         console.print(line, markup=False)
+    if report.retention is not None:
+        console.print(setting_line(report.retention), markup=False)
+        if report.pruned.runs:
+            console.print(f"  {pruned_line(report.pruned)}", markup=False)
     console.print("recent runs:" if report.recent_runs else "recent runs: none", markup=False)
     for r in report.recent_runs:
         console.print(recent_run_line(r), markup=False)

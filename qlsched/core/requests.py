@@ -14,6 +14,7 @@ cron to move on (then admits what cron did not).
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Final, Literal, Protocol
 
@@ -202,7 +203,12 @@ class Recorded(RequestIdentity, frozen=True, kw_only=True):
 
 
 NotRecordedReason = Literal[
-    "trigger_missing", "trigger_disabled", "project_archived", "too_many", "future"
+    "trigger_missing",
+    "trigger_disabled",
+    "project_archived",
+    "too_many",
+    "future",
+    "before_retention",
 ]
 
 
@@ -215,11 +221,14 @@ class NotRecorded(msgspec.Struct, frozen=True):
     count: int | None = None
     """``too_many``: the occurrences the range holds."""
     max: int | None = None
+    horizon_ms: int | None = None
+    """``before_retention``: the earliest start allowed: the retention horizon, or just
+    after the latest occurrence retention deleted, by the database's clock."""
 
     @property
     def bad_input(self) -> bool:
         """The request itself must change (exit 2); else the trigger's state refuses it."""
-        return self.reason in ("trigger_missing", "too_many", "future")
+        return self.reason in ("trigger_missing", "too_many", "future", "before_retention")
 
     def message(self) -> str:
         name = f"{self.project_id}/{self.trigger_id}"
@@ -237,6 +246,12 @@ class NotRecorded(msgspec.Struct, frozen=True):
                 )
             case "future":
                 return f"{name}: refused: --to is later than the database's time now"
+            case "before_retention":
+                return (
+                    f"{name}: refused: --from is before the retention horizon"
+                    f" {_utc(self.horizon_ms)}: Runs that ended before it are deleted, so"
+                    " their occurrences would run again (qlsched retention show)"
+                )
         raise AssertionError(self.reason)
 
 
@@ -280,6 +295,12 @@ class RequestView(msgspec.Struct, frozen=True):
     @property
     def done(self) -> int:
         return self.admitted + self.already_admitted + self.overlap_skipped
+
+
+def _utc(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 # --- outcomes of one request's admit ------------------------------------------------------

@@ -58,6 +58,7 @@ from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
 from qlsched.postgres.pool import Connection, Database
 from qlsched.postgres.queries import query
+from qlsched.postgres.retention import backfill_start_limit
 
 # --- recording (admin) ----------------------------------------------------------------------
 
@@ -91,6 +92,9 @@ async def _record(
             cron = parse_cron(
                 row["cron"], row["timezone"], dst_gap=row["dst_gap"], dst_fold=row["dst_fold"]
             )
+            start = await backfill_start_limit(conn, project_id, trigger_id)
+            if start is not None and span[0] < start:
+                return NotRecorded(project_id, trigger_id, "before_retention", horizon_ms=start)
             total = backfill_count(cron, *span)
             first = first_occurrence(cron, span[0])
             if total > max_occurrences:

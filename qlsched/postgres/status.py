@@ -12,12 +12,14 @@ from typing import Final
 import msgspec
 
 from qlsched.core.requests import RequestView
+from qlsched.core.retention import PrunedTotals, RetentionSetting
 from qlsched.core.store import DUE_BACKLOG_LIMIT, ScheduleRow
 from qlsched.postgres import observe
 from qlsched.postgres.control import with_controls
 from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
+from qlsched.postgres.retention import read_setting, read_totals
 from qlsched.postgres.runs import run_state_counts, with_outcomes
 
 
@@ -75,6 +77,10 @@ class StatusReport(msgspec.Struct, frozen=True):
 
     schedules_more: bool = False
     """More schedule rows exist than ``schedules`` holds (``status --all`` shows them all)."""
+    retention: RetentionSetting | None = None
+    """How long finished Runs are kept, and the horizon that puts now (docs §14)."""
+    pruned: PrunedTotals = msgspec.field(default_factory=PrunedTotals)
+    """What retention deleted so far, database-wide."""
 
 
 async def failing_rows(conn: Connection, *, limit: int = 100) -> list[FailingRow]:
@@ -129,4 +135,6 @@ async def read_status(
         failing=await failing_rows(conn),
         runs_running=running,
         runs_failed=failed,
+        retention=await read_setting(conn),
+        pruned=await read_totals(conn),
     )

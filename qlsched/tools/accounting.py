@@ -6,9 +6,10 @@ its cron key, by cron or by a backfill), skipped by policy, coalesced by a late 
 counted as paused by a resume, or skipped by the overlap policy (a Run of the trigger was
 unfinished). A Run its start deadline cancelled is still that occurrence's Run. A
 backfill that admits an occurrence cron had counted as not run moves it into the Runs, and
-``backfilled_total`` says how many did, so::
+``backfilled_total`` says how many did. A Run that retention deleted is still a Run:
+``retention_pruned.window_runs`` counts those of the window (``pruned``), so::
 
-    runs + skipped + coalesced + paused + overlap_skipped - backfilled == occurrences
+    runs + pruned + skipped + coalesced + paused + overlap_skipped - backfilled == occurrences
 
 ``already_admitted_total`` (cron found the key taken) is no bucket: the Run that holds the
 key is. The counters are the row's lifetime totals, so the check holds for a row whose
@@ -38,6 +39,8 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
     cursor_ms: int
     occurrences: int
     runs: int
+    pruned: int
+    """Runs of the window that retention deleted."""
     skipped: int
     coalesced: int
     paused: int
@@ -52,6 +55,7 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
         """Occurrences the buckets account for (each exactly once)."""
         return (
             self.runs
+            + self.pruned
             + self.skipped
             + self.coalesced
             + self.paused
@@ -66,7 +70,8 @@ class Accounting(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         return (
             f"{self.project_id}/{self.trigger_id}: {self.occurrences} occurrences in"
-            f" [{self.decided_from_ms}, {self.cursor_ms}) but runs {self.runs} + skipped"
+            f" [{self.decided_from_ms}, {self.cursor_ms}) but runs {self.runs} + pruned"
+            f" {self.pruned} + skipped"
             f" {self.skipped} + coalesced {self.coalesced} + paused {self.paused}"
             f" + overlap-skipped {self.overlap_skipped} - backfilled {self.backfilled}"
             f" = {self.bucketed}"
@@ -90,6 +95,7 @@ async def account(conn: Connection, projects: Sequence[str] | None = None) -> li
                 cursor_ms=cursor,
                 occurrences=count_between(cron, start - 1, cursor - 1),
                 runs=int(r["runs"]),
+                pruned=int(r["pruned_runs"]),
                 skipped=r["skipped_total"],
                 coalesced=r["coalesced_total"],
                 paused=r["paused_total"],

@@ -98,6 +98,8 @@ async def test_json_gives_now_ms_once_and_keeps_the_row_keys(pg_db: TestDatabase
         "runs_running",
         "runs_failed",
         "schedules_more",
+        "retention",
+        "pruned",
     }
     assert [set(row) for row in report["schedules"]] == [ROW_KEYS, ROW_KEYS]
     assert [row["timezone"] for row in report["schedules"]] == ["UTC", "Asia/Shanghai"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qlsched.tools.bench.machine import Load
 from qlsched.tools.bench.results import BenchReport, CostResult, DrainResult, Lag, Target
+from qlsched.tools.bench.retention import retention_lines
 from qlsched.tools.bench.targets import (
     COST_KEYS,
     cost_targets,
@@ -155,6 +156,7 @@ def render(report: BenchReport) -> str:
         )
     out += _publish_lines(report)
     out += _cost_lines(report)
+    out += retention_lines(report.retention)
     out += [
         "",
         "targets",

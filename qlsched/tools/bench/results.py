@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import msgspec
 
 from qlsched.tools.bench.machine import CpuUse, Load, Machine
+from qlsched.tools.bench.retention_results import RetentionCost
 from qlsched.tools.bench.scale_results import ObserveResult, Progress, ScaleResult
 from qlsched.tools.bench.worker_results import WorkerThroughput
 
@@ -326,6 +327,8 @@ class BenchReport(msgspec.Struct, frozen=True, kw_only=True):
     """The million-trigger burst and the 100,000-trigger steady load (``--scale``)."""
     worker: WorkerThroughput | None = None
     """No-op jobs per second a worker runs, at concurrency 1 and N (worker phase)."""
+    retention: RetentionCost | None = None
+    """A prune batch's cost over a large history against the floor (retention phase)."""
     exactly_once: bool
     """No duplicate, lost or malformed Run in any replica phase."""
     seconds: float

@@ -6,7 +6,8 @@ steady, on_time (every-second triggers at the default settings), scale (claim la
 each size and the replicas' RSS), publish (a large file, twice), publish_load (the steady
 load while a large file of new triggers is published and initialised), then costs (a decision a year
 late, readiness, recovery over a large history), observe (status, /metrics and
-/v1/schedules over that history and a million triggers), and with ``--scale`` the
+/v1/schedules over that history and a million triggers), retention (a prune batch over
+a large history against the floor), and with ``--scale`` the
 hundredfold phases (a million-trigger burst, 100,000 triggers steady). Each phase empties
 the database first (observe reads the history costs leaves; the million-trigger burst
 reuses observe's triggers). Each phase's wall time is in ``phase_seconds``.
@@ -43,6 +44,8 @@ from qlsched.tools.bench.publish_load import publish_under_load
 from qlsched.tools.bench.publishing import publish_cost
 from qlsched.tools.bench.replicas import Fleet
 from qlsched.tools.bench.results import BenchConfig, BenchReport, PostgresInfo, exactly_once
+from qlsched.tools.bench.retention import retention_cost, retention_targets
+from qlsched.tools.bench.retention_results import RetentionCost
 from qlsched.tools.bench.scale import scale
 from qlsched.tools.bench.scale_results import ScaleResult
 from qlsched.tools.bench.session import BenchOptions, BenchSession
@@ -105,6 +108,7 @@ async def run_bench(
             "observe",
             observe(session, runs=cost.recovery.terminal_attempts + LIVE_ATTEMPTS),
         )
+        pruning = await timed("retention", retention_cost(session))
         big = None
         if options.scale:
             big = ScaleResult(
@@ -156,8 +160,10 @@ async def run_bench(
         | publish_load_targets(under_load)
         | on_time_targets(punctual)
         | observe_targets(observed)
+        | retention_targets(pruning)
         | ({} if big is None else scale_targets(big)),
         observe=observed,
+        retention=pruning,
         scale=big,
         publish=published,
         publish_under_load=under_load,
@@ -172,6 +178,19 @@ async def run_bench(
         seconds=round(time.monotonic() - started, 1),
         phase_seconds=phases,
     )
+
+
+async def run_retention_bench(
+    target: Target, options: BenchOptions, *, fleet: Fleet, workdir: Path
+) -> RetentionCost:
+    """``--retention-only``: the retention phase alone (no replicas)."""
+    started = time.monotonic()
+    async with _session(target, options, fleet=fleet, workdir=workdir, started=started) as session:
+        facts = await session.call(bench_data.server_facts)
+        session.note(
+            f"PostgreSQL {facts.version}; retention over {options.retention_history:,} Runs"
+        )
+        return await retention_cost(session)
 
 
 async def run_sweep_bench(
