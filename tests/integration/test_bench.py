@@ -180,6 +180,7 @@ def test_quick_bench_prints_one_json_report_and_holds_exactly_once() -> None:
         "observe",
         "scale_burst",
         "scale_steady",
+        "retention",
     ]
     assert report["exactly_once"] is True
     assert "qlsched bench" in proc.stderr, "progress lines go to stderr"

@@ -108,13 +108,13 @@ async def run_bench(
             "observe",
             observe(session, runs=cost.recovery.terminal_attempts + LIVE_ATTEMPTS),
         )
-        pruning = await timed("retention", retention_cost(session))
         big = None
-        if options.scale:
+        if options.scale:  # before retention: the big burst reuses observe's triggers
             big = ScaleResult(
                 burst=await timed("scale_burst", big_burst(session, drain)),
                 steady=await timed("scale_steady", big_steady(session)),
             )
+        pruning = await timed("retention", retention_cost(session))
     return BenchReport(
         machine=machine_facts.machine(),
         load={"start": load_start, "end": machine_facts.load()},
