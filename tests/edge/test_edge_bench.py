@@ -23,8 +23,8 @@ CLUSTER = {
 
 
 def test_quick_edge_bench_beside_the_cluster(tmp_path: Path) -> None:
-    """The quick Edge bench admits every burst exactly once, loses no steady occurrence,
-    measures RSS, and shows the cluster report's drain rate and p99 lag beside its own."""
+    """The quick Edge bench admits every burst exactly once, loses no steady occurrence
+    (idle, and under a flood of /metrics requests), measures RSS, and shows the cluster report's drain rate and p99 lag beside its own."""
     report = tmp_path / "cluster.json"
     report.write_text(json.dumps(CLUSTER))
     args = [sys.executable, "-m", "qlsched", "bench", "--edge", "--quick"]
@@ -55,6 +55,15 @@ def test_quick_edge_bench_beside_the_cluster(tmp_path: Path) -> None:
     assert all(b["rss_mb"] for b in edge["bursts"])
     assert edge["cluster"]["drain_occurrences_per_s"] == 3210.5
     assert edge["cluster"]["steady_lag_p99_ms"] == 87
+    # The steady phase again under 200 HTTP clients on /metrics (issue #31): answered,
+    # nothing lost, and the target named in the report.
+    flooded = edge["flooded"]
+    assert flooded["http"]["clients"] == 200
+    assert flooded["http"]["answered"] > 0
+    assert flooded["steady"]["lost"] == 0
+    assert flooded["idle_p99_ms"] == edge["steady"]["lag_p99_ms"]
+    assert any("200 HTTP clients" in goal for goal in edge["targets"])
     assert as_text.returncode == 0, as_text.stderr
     assert "burst drain, 1,000 due (occurrences/s)" in as_text.stdout
     assert "exactly once: yes" in as_text.stdout
+    assert "steady under 200 clients on /metrics" in as_text.stdout

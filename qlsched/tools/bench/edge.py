@@ -8,7 +8,10 @@ Phases, each on a fresh file in a scratch directory:
   replica's start to its last admission), the 1k and 100k runs the replica's RSS after the
   drain (``VmRSS``; budget 40 MB, flat within 10 % from 1k to 100k);
 - **steady**: 10k triggers a minute (trigger ``i`` at second ``i % 60``), the p99 of
-  ``created_at_ms - scheduled_for_ms`` over the occurrences due in the measured window.
+  ``created_at_ms - scheduled_for_ms`` over the occurrences due in the measured window;
+- **steady under a flood**: the same again with ``edge run --http`` and 200 clients
+  requesting its ``/metrics`` without pause (``edge_flood``): the lag must stay within
+  250 ms of the idle phase's and nothing may be lost.
 
 Every phase checks exactly once (no duplicate, every Run with one pristine Attempt and its
 two events). The cluster's figures come from a ``qlsched bench --json`` report (run here
@@ -21,6 +24,7 @@ import argparse
 import json
 import math
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,6 +40,9 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntr
 from qlsched.sqlite.database import open_checked, wall_clock_ms
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.publish import publish
+from qlsched.tools.bench.edge_flood import FLOOD_LAG_SLACK_MS, Flooded, flooding
+from qlsched.tools.bench.flood import CLIENTS as FLOOD_CLIENTS
+from qlsched.tools.bench.flood import FloodCount
 from qlsched.tools.bench.machine import proc_kib
 from qlsched.tools.queries import tool_query
 
@@ -98,6 +105,7 @@ class EdgeReport(msgspec.Struct, frozen=True, kw_only=True):
     options: EdgeBenchOptions
     bursts: list[Burst]
     steady: Steady
+    flooded: Flooded | None = None
     rss_ratio: float | None
     targets: dict[str, bool | None]
     exactly_once: bool
@@ -131,7 +139,7 @@ def _scalar(db: Path, name: str, *args: Any) -> Any:
 class _Replica:
     """One ``qlsched edge run`` process; its stderr goes to a file next to the database."""
 
-    def __init__(self, db: Path, options: EdgeBenchOptions) -> None:
+    def __init__(self, db: Path, options: EdgeBenchOptions, *, http: str | None = None) -> None:
         self.log = db.with_suffix(".log")
         with self.log.open("w") as err:
             self.proc = subprocess.Popen(
@@ -147,6 +155,7 @@ class _Replica:
                     str(options.claim_budget),
                     "--cadence-ms",
                     str(options.cadence_ms),
+                    *(["--http", http] if http else []),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -213,16 +222,25 @@ def _percentile(values: list[int], fraction: float) -> int | None:
     return values[max(0, math.ceil(len(values) * fraction) - 1)]
 
 
-def _steady(workdir: Path, options: EdgeBenchOptions) -> Steady:
+def _steady(
+    workdir: Path,
+    options: EdgeBenchOptions,
+    *,
+    http: str | None = None,
+    flood: FloodCount | None = None,
+) -> Steady:
+    """The steady phase; with ``http`` (``HOST:PORT``), its replica serves HTTP there and
+    ``flood``'s clients request its ``/metrics`` through the window, counted into it."""
     n = options.steady_triggers
-    db = workdir / "steady.sqlite3"
+    db = workdir / ("steady-http.sqlite3" if http else "steady.sqlite3")
     _publish(db, [f"{i % 60} * * * * *" for i in range(n)], "skip")
-    replica = _Replica(db, options)
+    replica = _Replica(db, options, http=http)
     try:
         while _scalar(db, "edge_bench_uninitialised")[0] > 0:
             time.sleep(0.05)
         start = (wall_clock_ms() // 1000 + 2) * 1000
-        time.sleep(options.steady_seconds)
+        with flooding(http, flood):
+            time.sleep(options.steady_seconds)
         end = (wall_clock_ms() // 1000 - 2) * 1000
     finally:
         replica.stop()
@@ -249,6 +267,14 @@ def _steady(workdir: Path, options: EdgeBenchOptions) -> Steady:
         lag_p99_ms=_percentile(lags, 0.99),
         lag_max_ms=lags[-1] if lags else None,
     )
+
+
+def _steady_flooded(workdir: Path, options: EdgeBenchOptions) -> tuple[Steady, FloodCount]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    count = FloodCount(clients=FLOOD_CLIENTS)
+    return _steady(workdir, options, http=f"127.0.0.1:{port}", flood=count), count
 
 
 def cluster_figures(report: dict[str, Any], source: str) -> ClusterFigures:
@@ -291,6 +317,8 @@ def run_edge_bench(
         f"edge steady: {options.steady_triggers:,} triggers a minute, {options.steady_seconds} s"
     )
     steady = _steady(workdir, options)
+    progress(f"edge steady again, {FLOOD_CLIENTS} clients on /metrics")
+    flooded = Flooded.of(_steady_flooded(workdir, options), steady)
     by_n = {b.triggers: b for b in bursts}
     low, high = (by_n[n].rss_mb for n in options.rss_triggers)
     ratio = round(high / low, 3) if low and high else None
@@ -302,7 +330,11 @@ def run_edge_bench(
         if low is None or high is None
         else max(low, high) <= RSS_BUDGET_MB,
         "rss flat within 10 %": None if ratio is None else ratio <= RSS_FLAT_RATIO,
+        f"p99 lag under {FLOOD_CLIENTS} HTTP clients within {FLOOD_LAG_SLACK_MS} ms of idle": (
+            flooded.within_slack
+        ),
     }
+    exactly_once = exactly_once and flooded.steady.lost == 0 and flooded.steady.duplicates == 0
     progress("cluster figures")
     return EdgeReport(
         sqlite_version=sqlite3.sqlite_version,
@@ -310,6 +342,7 @@ def run_edge_bench(
         options=options,
         bursts=bursts,
         steady=steady,
+        flooded=flooded,
         rss_ratio=ratio,
         targets=targets,
         exactly_once=exactly_once,
@@ -367,6 +400,8 @@ def render_edge(report: EdgeReport) -> str:
         f"{'':{width}}  {'edge':>14}  cluster" + ("" if c is None else f" ({c.source})"),
     ]
     out += [f"{name:{width}}  {edge:>14}  {cluster}" for name, edge, cluster in rows]
+    if report.flooded is not None:
+        out.append(report.flooded.line())
     s = report.steady
     out.append(
         f"steady: {s.occurrences:,} of {s.expected:,} expected occurrences, lost {s.lost},"
