@@ -20,7 +20,6 @@ the trigger's own cron (``core.requests.backfill_chunk``) and counts outcomes.
 
 from __future__ import annotations
 
-import math
 from typing import Final, assert_never
 
 import msgspec
@@ -30,7 +29,7 @@ from prometheus_client import Counter
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
-from qlsched.core.lease import request_poll_interval_s
+from qlsched.core.lease import PollTimer
 from qlsched.core.request_chunks import RequestCrons, request_chunk
 from qlsched.core.requests import (
     RequestAdmitted,
@@ -89,12 +88,7 @@ class RequestsPass:
         self._owner = config.owner
         self._lease_ms = config.lease_ms
         self._budget = budget  # a Config's claim_budget: validated there (>= 1), trusted here
-        self._poll_s = (
-            request_poll_interval_s(config.cadence_ms, config.lease_ms)
-            if poll_s is None
-            else poll_s
-        )
-        self._next_look = -math.inf
+        self.poll: Final = PollTimer(config.cadence_ms, config.lease_ms, poll_s)
         self._pending = True
         """A request may be pending: look next round (true at start: a restart may find
         requests recorded while no replica ran)."""
@@ -109,21 +103,22 @@ class RequestsPass:
         )
         self.occurrences: Final = Counter(
             "qlsched_request_occurrences",
-            "Occurrences of requests: admitted, or already admitted (refused by the key).",
+            "Occurrences of requests: admitted, already admitted (refused by the key), or"
+            " skipped by the trigger's overlap policy.",
             ["result"],
             registry=registry,
         )
         for code in REQUEST_CODES:
             self.outcomes.labels(code)
-        for result in ("admitted", "already_admitted"):
+        for result in ("admitted", "already_admitted", "overlap_skipped"):
             self.occurrences.labels(result)
 
     async def run(self, stop: trio.Event | None = None) -> RequestStats:
         """One pass: nothing at all unless a request may be pending or the poll is due."""
         now = trio.current_time()
-        if (stop is not None and stop.is_set()) or (not self._pending and now < self._next_look):
+        if (stop is not None and stop.is_set()) or not (self._pending or self.poll.due(now)):
             return RequestStats(looked=False)
-        self._next_look = now + self._poll_s
+        self.poll.looked(now)
         batch = await self._store.claim(self._owner, self._budget, self._lease_ms)
         self._pending = batch.any_pending
         admitted = already = 0
@@ -167,9 +162,12 @@ class RequestsPass:
         assert isinstance(code, str)
         self.outcomes.labels(code).inc()
         match outcome:
-            case RequestAdmitted(admitted=admitted, already_admitted=already):
+            case RequestAdmitted(
+                admitted=admitted, already_admitted=already, overlap_skipped=skipped
+            ):
                 self.occurrences.labels("admitted").inc(admitted)
                 self.occurrences.labels("already_admitted").inc(already)
+                self.occurrences.labels("overlap_skipped").inc(skipped)
             case RequestRefused(reason=reason):
                 self._sink.emit(
                     Diagnostic(

@@ -13,7 +13,6 @@ cadences, as the requests pass), not per round; a full batch looks again next ro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Final, Protocol
 
@@ -23,7 +22,7 @@ from prometheus_client import Counter
 
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
-from qlsched.core.lease import request_poll_interval_s
+from qlsched.core.lease import PollTimer
 from qlsched.metrics import Metrics
 from qlsched.postgres.overlap import cancel_unstarted, release_held
 from qlsched.postgres.pool import Database
@@ -54,12 +53,7 @@ class RunsPass:
         self._db = db
         self._owner = config.owner
         self._budget = budget
-        self._poll_s = (
-            request_poll_interval_s(config.cadence_ms, config.lease_ms)
-            if poll_s is None
-            else poll_s
-        )
-        self._next_look = -math.inf
+        self.poll: Final = PollTimer(config.cadence_ms, config.lease_ms, poll_s)
         self._sink = sink
         self._metrics = metrics
         self.deadline_cancelled: Final = Counter(
@@ -76,9 +70,9 @@ class RunsPass:
     async def run(self, stop: trio.Event | None = None) -> RunsPassStats:
         """One pass, when its poll is due (or the last one filled a batch)."""
         now = trio.current_time()
-        if (stop is not None and stop.is_set()) or now < self._next_look:
+        if (stop is not None and stop.is_set()) or not self.poll.due(now):
             return RunsPassStats(looked=False)
-        self._next_look = now + self._poll_s
+        self.poll.looked(now)
         try:
             cancelled = await cancel_unstarted(self._db, limit=self._budget, actor=self._owner)
             released = await release_held(self._db, limit=self._budget, actor=self._owner)
@@ -91,7 +85,7 @@ class RunsPass:
         self.deadline_cancelled.inc(len(cancelled))
         self.released.inc(len(released))
         if self._budget in (len(cancelled), len(released)):
-            self._next_look = now  # a full batch: more may wait
+            self.poll.again()  # a full batch: more may wait
         return RunsPassStats(looked=True, deadline_cancelled=len(cancelled), released=len(released))
 
 

@@ -10,6 +10,7 @@ modules). Pure arithmetic: seconds in, seconds out; the caller passes its clock'
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 RETRY_MARGIN_S: Final = 0.5
@@ -48,3 +49,26 @@ def request_poll_interval_s(cadence_ms: int, lease_ms: int) -> float:
     """Seconds between two looks for requests while none is known to be pending."""
     cadence_s, lease_s = cadence_ms / 1000, lease_ms / 1000
     return max(cadence_s, min(REQUEST_POLL_CADENCES * cadence_s, lease_s / 2))
+
+
+class PollTimer:
+    """When a pass after the round (requests, runs) looks next: every ``interval_s``
+    (default: ``request_poll_interval_s``), or at once after ``again`` (work was left). The
+    caller passes its clock's time."""
+
+    def __init__(self, cadence_ms: int, lease_ms: int, interval_s: float | None = None) -> None:
+        self.interval_s = (
+            request_poll_interval_s(cadence_ms, lease_ms) if interval_s is None else interval_s
+        )
+        self._next = -math.inf
+
+    def due(self, now: float) -> bool:
+        return now >= self._next
+
+    def looked(self, now: float) -> None:
+        """A look was taken at ``now``: the next is ``interval_s`` later."""
+        self._next = now + self.interval_s
+
+    def again(self) -> None:
+        """The next round looks, whatever the interval."""
+        self._next = -math.inf

@@ -24,7 +24,8 @@ CLUSTER = {
 
 def test_quick_edge_bench_beside_the_cluster(tmp_path: Path) -> None:
     """The quick Edge bench admits every burst exactly once, loses no steady occurrence
-    (idle, and under a flood of /metrics requests), measures RSS, and shows the cluster report's drain rate and p99 lag beside its own."""
+    (idle, and under a flood of /metrics requests), measures RSS, and shows the cluster
+    report's drain rate and p99 lag beside its own."""
     report = tmp_path / "cluster.json"
     report.write_text(json.dumps(CLUSTER))
     args = [sys.executable, "-m", "qlsched", "bench", "--edge", "--quick"]

@@ -432,7 +432,7 @@ async def test_the_pass_sends_nothing_until_its_poll_is_due_when_no_request_is_p
         recorded = await _trigger_now(env)
         assert isinstance(recorded, Recorded)
         assert not (await rp.run()).looked  # no signal but the timer: a later round looks
-        rp._next_look = 0.0
+        rp.poll.again()
         stats = await rp.run()
         assert (stats.looked, stats.admitted) == (True, 1)
         assert (await rp.run()).looked  # the last look saw a pending request: look again

@@ -40,7 +40,7 @@ from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntr
 from qlsched.sqlite.database import open_checked, wall_clock_ms
 from qlsched.sqlite.errors import EdgeError
 from qlsched.sqlite.publish import publish
-from qlsched.tools.bench.edge_flood import FLOOD_LAG_SLACK_MS, Flooded, flooding
+from qlsched.tools.bench.edge_flood import FLOOD_LAG_SLACK_MS, flooding
 from qlsched.tools.bench.flood import CLIENTS as FLOOD_CLIENTS
 from qlsched.tools.bench.flood import FloodCount
 from qlsched.tools.bench.machine import proc_kib
@@ -88,6 +88,34 @@ class Steady(msgspec.Struct, frozen=True, kw_only=True):
     lag_p50_ms: int | None
     lag_p99_ms: int | None
     lag_max_ms: int | None
+
+
+class Flooded(msgspec.Struct, frozen=True, kw_only=True):
+    """The steady phase under the flood, its answers, and the idle phase's p99 beside it."""
+
+    steady: Steady
+    http: FloodCount
+    idle_p99_ms: int | None
+
+    @classmethod
+    def of(cls, run: tuple[Steady, FloodCount], idle: Steady) -> Flooded:
+        return cls(steady=run[0], http=run[1], idle_p99_ms=idle.lag_p99_ms)
+
+    @property
+    def within_slack(self) -> bool | None:
+        p99, idle = self.steady.lag_p99_ms, self.idle_p99_ms
+        if p99 is None or idle is None:
+            return None
+        return p99 <= idle + FLOOD_LAG_SLACK_MS and self.steady.lost == 0
+
+    def line(self) -> str:
+        s, h = self.steady, self.http
+        return (
+            f"steady under {h.clients} clients on /metrics: {s.occurrences:,} of"
+            f" {s.expected:,} occurrences, lost {s.lost}, p99 {s.lag_p99_ms} ms (idle"
+            f" {self.idle_p99_ms} ms); answers {h.answered:,} ok, {h.busy:,} busy (503),"
+            f" {h.errors:,} errors"
+        )
 
 
 class ClusterFigures(msgspec.Struct, frozen=True, kw_only=True):
