@@ -43,11 +43,14 @@ RefusedReason = Literal[
     "digest_invalid",
     "count_mismatch",
     "failed_repeatedly",
+    "before_retention",
 ]
 """Why a request was refused: at once when recorded, or by the replica that would admit it
 (the trigger changed, was disabled or archived, or does not verify since it was asked; a
 chunk would count past the recorded total, as when the recorder's and the replica's zone
-data disagree; or its admit failed ``REQUEST_FAILURES_MAX`` times in a row)."""
+data disagree; its admit failed ``REQUEST_FAILURES_MAX`` times in a row; or a backfill
+reaches back over Runs retention deleted, when recorded or, if retention caught up with it
+since, when a chunk would be admitted)."""
 
 REQUEST_FAILURES_MAX: Final = 5
 """Admits of one request that may fail in a row (each after its own retries) before the

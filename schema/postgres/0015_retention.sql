@@ -150,5 +150,9 @@ GRANT SELECT ON qlsched.retention TO qlsched_admin, qlsched_runtime, qlsched_obs
 GRANT UPDATE (retention_ms, updated_by, updated_at_ms) ON qlsched.retention TO qlsched_admin;
 -- The runtime prunes through the function alone.
 GRANT EXECUTE ON FUNCTION qlsched.prune_finished_runs(integer) TO qlsched_runtime;
--- The admin reads `through_ms` to refuse a backfill; the observer, for status and metrics.
+-- The admin reads `through_ms` to refuse a backfill when it is recorded, the runtime to
+-- refuse a chunk retention caught up with before it was admitted; the observer reads the
+-- totals for status and metrics.
 GRANT SELECT ON qlsched.retention_pruned TO qlsched_admin, qlsched_observer;
+GRANT SELECT (project_id, trigger_id, through_ms) ON qlsched.retention_pruned
+    TO qlsched_runtime;

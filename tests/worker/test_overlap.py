@@ -341,3 +341,27 @@ def test_a_request_asking_another_overlap_is_refused(pg_db: TestDatabase) -> Non
     assert "--overlap" in result.stderr
     with pytest.raises(ControlError, match="only 'allow'"):
         trio.run(partial(trigger_now, pg_db.admin_dsn, "p/t", overlap="skip"))
+
+
+async def test_a_backfill_retention_caught_up_with_is_refused_at_admit(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: a backfill recorded inside the retention horizon whose occurrences' Runs
+    retention then deleted (their keys are free again) is refused `before_retention` when a
+    replica would admit the chunk: none of those occurrences runs a second time."""
+    async with open_env(pg_db) as env:
+        await env.publish(policy_file("allow"))
+        await env.make_due(ids=["t"])
+        now = await env.now_ms()
+        _cli(env, "backfill", "p/t", "--from", _iso(now - 360_000), "--to", _iso(now - 61_000))
+        # Retention deleted Runs of the trigger up to the backfill's last minute since.
+        await env.su_exec(
+            "INSERT INTO qlsched.retention_pruned (project_id, trigger_id, trigger_revision,"
+            " runs, attempts, events, marks, window_runs, through_ms)"
+            " VALUES ('p', 't', 1, 1, 1, 2, 0, 0, $1)",
+            now - 120_000,
+        )
+        await (await _requests_pass(env)).run()
+        [row] = await env.su("SELECT state, refused_reason, admitted FROM qlsched.control_requests")
+        assert tuple(row) == ("refused", "before_retention", 0)
+        assert await states(env) == []

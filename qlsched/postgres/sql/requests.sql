@@ -99,7 +99,9 @@ SELECT now.ms AS now_ms,
 -- it, and nothing of a paused trigger is admitted (the request is `held`, released).
 -- Specs are verified as the schedule admit verifies them; a spec that fails refuses the
 -- request for good, and so does a chunk that would count past the recorded total
--- (`count_mismatch`: the recorder and this replica disagree on the occurrences). A backfill
+-- (`count_mismatch`: the recorder and this replica disagree on the occurrences), and so does
+-- a chunk reaching back over Runs retention deleted since the request was recorded
+-- (`before_retention`: their keys are free, so they would run again). A backfill
 -- occurrence must lie before the trigger's cron cursor, and a NULL cursor waits: cron has
 -- not decided where it starts, so nothing is a backfill's yet. A key already taken is
 -- counted (already_admitted), never inserted twice; an occurrence cron had counted as not
@@ -164,6 +166,13 @@ spec AS MATERIALIZED (
              WHEN q.admitted + q.already_admitted + q.overlap_skipped
                   + (SELECT pg_catalog.count(*) FROM occ) > COALESCE(q.total, 1)
                THEN 'count_mismatch'
+             WHEN q.kind = 'backfill'
+              AND EXISTS (SELECT 1 FROM qlsched.retention_pruned AS rp
+                           WHERE rp.project_id = q.project_id
+                             AND rp.trigger_id = q.trigger_id
+                             AND rp.through_ms >= (SELECT pg_catalog.min(o.scheduled_for_ms)
+                                                     FROM occ AS o))
+               THEN 'before_retention'
            END AS failure
       FROM req AS q
       LEFT JOIN qlsched.projects AS p ON p.project_id = q.project_id
