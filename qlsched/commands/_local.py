@@ -7,6 +7,7 @@ to it half-made; later commands attach. The server keeps running until ``local s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from qlsched.embedded.local import (
     default_data_dir,
     start_lock,
 )
+from qlsched.interrupts import raising_sigint
 from qlsched.postgres.initdb import LOGIN_ROLES, init_db
 
 DATABASE = "qlsched"
@@ -50,9 +52,13 @@ async def open_local(command: str, data_dir: Path, bindir: str | None) -> LocalS
     released. An initialisation cut after the server started leaves no marker, so the next
     command finishes it (init-db is idempotent) instead of failing on a half-made database.
     """
-    # A blocking lock on the Trio thread: a command has nothing else to do meanwhile.
-    with start_lock(data_dir):
-        server = attach_or_start(data_dir, bindir)
+    # A blocking lock on the Trio thread: a command has nothing else to do meanwhile. The
+    # lock's wait and the start have no checkpoint, so a Ctrl-C there raises at once;
+    # init-db awaits, so there it cancels (qlsched.interrupts).
+    with contextlib.ExitStack() as held:
+        with raising_sigint():
+            held.enter_context(start_lock(data_dir))
+            server = attach_or_start(data_dir, bindir)
         marker = initialised_marker(data_dir)
         if server.started or not marker.exists():
             marker.unlink(missing_ok=True)

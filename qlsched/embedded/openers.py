@@ -27,6 +27,7 @@ from qlsched.embedded.pids import clear_stale
 from qlsched.embedded.ports import port_is_free
 from qlsched.embedded.postmaster import LIVE, LIVE_LOCK, EmbeddedPostgres
 from qlsched.embedded.server_user import server_user
+from qlsched.interrupts import uninterrupted
 
 logger = logging.getLogger("qlsched.embedded")
 
@@ -137,7 +138,8 @@ def start_embedded(
             server, fresh=fresh, ephemeral=temp_dir is not None, tcp=tcp, detached=detached
         )
     except BaseException:
-        server.cleanup()
+        with uninterrupted():  # a second Ctrl-C must not leave it half cleaned up
+            server.cleanup()
         raise
     took = time.monotonic() - started
     logger.info("started PostgreSQL %s (pid %d) in %s in %.2f s", full_version, pid, data, took)
@@ -178,7 +180,8 @@ def _bring_up(
             server._initdb(sync=not ephemeral)
         except BaseException:
             if not ephemeral:
-                _empty(server.data_dir)
+                with uninterrupted():
+                    _empty(server.data_dir)
             raise
     else:
         clear_stale(server.data_dir)

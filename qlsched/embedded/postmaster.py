@@ -37,6 +37,7 @@ from qlsched.embedded.password import SUPERUSER, generate_password, set_superuse
 from qlsched.embedded.pids import OWNER_FILE, STOP_TIMEOUT_S, clear_stale
 from qlsched.embedded.ports import free_port, port_is_free
 from qlsched.embedded.server_user import ServerUser
+from qlsched.interrupts import uninterrupted
 
 logger = logging.getLogger("qlsched.embedded")
 
@@ -357,7 +358,8 @@ class EmbeddedPostgres:
             self._write_owner(proc.pid)
             self._wait_ready(proc)
         except BaseException:
-            self.stop("immediate")
+            with uninterrupted():
+                self.stop("immediate")
             raise
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
