@@ -95,6 +95,10 @@ class ScheduleRow(msgspec.Struct, frozen=True):
     last_duration_ms: int | None = None
     """That Run's time from its first claim by a worker to its end."""
     last_finished_at_ms: int | None = None
+    overlap_skipped_total: int = 0
+    """Occurrences the trigger's overlap policy gave no Run (docs/contract.md §13)."""
+    deadline_cancelled_total: int = 0
+    """Runs cancelled because no worker started them by the start deadline."""
 
 
 class ScheduleView(ScheduleRow, frozen=True, kw_only=True):

@@ -47,6 +47,8 @@ ROW_KEYS = {
     "dst_fold",
     "jitter_ms",
     "due_at_ms",
+    "overlap_skipped_total",
+    "deadline_cancelled_total",
 }
 
 

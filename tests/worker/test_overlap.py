@@ -93,6 +93,8 @@ async def test_skip_moves_the_cursor_with_no_run_while_one_is_unfinished(
             )
         assert isinstance(await fire(env), Admitted)
         assert await states(env) == ["succeeded", "queued"]
+        status = run_cli(["status", "--dsn", env.db.observer_dsn])
+        assert "p/t: 2 occurrences overlap-skipped" in status.stdout, status.stdout
 
 
 async def test_buffer_one_holds_one_run_and_its_end_releases_it(pg_db: TestDatabase) -> None:

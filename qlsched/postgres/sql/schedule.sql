@@ -182,7 +182,8 @@ SELECT pg_catalog.count(*)::bigint
 -- Schedule rows with their trigger spec for status and /v1/schedules; $1 = row limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
-       s.skipped_total, s.coalesced_total,
+       s.skipped_total, s.coalesced_total, s.overlap_skipped_total,
+       s.deadline_cancelled_total,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
        t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
   FROM qlsched.trigger_schedules AS s

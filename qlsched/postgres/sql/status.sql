@@ -7,7 +7,8 @@ SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 -- time, for `status`; $1 = row limit.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
-       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
+       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms,
+       s.overlap_skipped_total, s.deadline_cancelled_total
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id
@@ -19,7 +20,8 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timez
 -- deep in the table costs what the first one does (as /v1/schedules' pages).
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
-       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
+       s.skipped_total, s.coalesced_total, t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms,
+       s.overlap_skipped_total, s.deadline_cancelled_total
   FROM (SELECT *
           FROM qlsched.trigger_schedules AS p
          WHERE (p.project_id, p.trigger_id) > ($1::text, $2::text)
