@@ -39,7 +39,10 @@ def _load_command() -> tuple[bool, str | None]:
     lost that way, and the replica ran on), so none is raised while the modules load. A
     command that watches its signals (``WATCHING_COMMANDS``) keeps SIGINT noted until its
     watch takes over; the others get the default handler back (Trio's then turns a Ctrl-C
-    into a KeyboardInterrupt that unwinds them). Also returns the command's name."""
+    into a KeyboardInterrupt that unwinds them). A command module that must import its
+    dependencies in ``main`` (the parser imports it for its flags) names them in
+    ``PRELOAD``: they load here too (``ui`` imported Trio after this, and a SIGTERM then
+    ended it by SIGINT, exit -2). Also returns the command's name."""
     import qlsched
 
     noted = qlsched._early_sigints  # noted since the package's first line, under ``-m``
@@ -54,7 +57,9 @@ def _load_command() -> tuple[bool, str | None]:
 
         name = chosen_command(sys.argv[1:])
         if name is not None:
-            importlib.import_module(COMMANDS[name][0])
+            module = importlib.import_module(COMMANDS[name][0])
+            for later in getattr(module, "PRELOAD", ()):  # what its main imports itself
+                importlib.import_module(later)
     finally:
         if name in WATCHING_COMMANDS and not noted:
             from qlsched.signals import note_early_signal

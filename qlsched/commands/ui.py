@@ -45,9 +45,21 @@ def _address(text: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+PRELOAD = (
+    "trio",
+    "qlsched.commands._common",
+    "qlsched.commands._local",
+    "qlsched.commands.run",
+    "qlsched.signals",
+    "qlsched.ui.security",
+    "qlsched.ui.serve",
+)
+"""What ``main`` imports, loaded by ``qlsched.entry`` while a Ctrl-C is only noted."""
+
+
 def main(args: argparse.Namespace) -> int:
     # Imported here: the parser imports this module for its flags, and `qlsched next`
-    # must not load Trio or asyncpg.
+    # must not load Trio or asyncpg (``PRELOAD`` has them loaded before main runs).
     import trio
 
     from qlsched.commands._common import fail, run_command
