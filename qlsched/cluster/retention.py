@@ -36,6 +36,9 @@ PASS_EVERY_CADENCES: Final = 10
 PASS_MIN_S: Final = 1.0
 PASS_MAX_S: Final = 60.0
 PASS_BATCHES: Final = 20
+FAILED_BACKOFF_MAX_S: Final = 30.0
+"""After failed batches the next pass waits twice as long each time, up to this (the
+lifecycle's own back-off cap): a database outage is not knocked on every interval."""
 """Batches in one pass at most (10,000 Runs at the default batch size)."""
 RETENTION_FAILED: Final = "retention_failed"
 BATCH_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -81,6 +84,16 @@ def pass_interval_s(cadence_ms: int) -> float:
     return min(max(PASS_EVERY_CADENCES * cadence_ms / 1000, PASS_MIN_S), PASS_MAX_S)
 
 
+def next_pass_delay_s(interval_s: float, cadence_s: float, *, more: bool, failures: int) -> float:
+    """The wait before the next pass: a cadence while Runs past the horizon are left, the
+    interval otherwise, and after ``failures`` failed batches in a row the interval doubled
+    as many times, up to ``FAILED_BACKOFF_MAX_S``."""
+    if failures:
+        doubled = interval_s * (1 << min(failures, 6))
+        return min(doubled, max(FAILED_BACKOFF_MAX_S, interval_s))
+    return cadence_s if more else interval_s
+
+
 class Pruner:
     """Prunes on a timer until stopped (one ``run`` per instance)."""
 
@@ -102,6 +115,9 @@ class Pruner:
         self.metrics = metrics
         self._batch = batch
         self._scope = trio.CancelScope()
+        self._failures = 0
+        """Batches failed in a row: each doubles the wait before the next pass (capped),
+        so an outage costs a few connection attempts, not one per interval."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Pass after pass until ``stop``; the first pass starts one interval after start,
@@ -112,7 +128,9 @@ class Pruner:
             while True:
                 await trio.sleep(delay)
                 more = await self.prune_pass()
-                delay = self._cadence_s if more else self._interval_s
+                delay = next_pass_delay_s(
+                    self._interval_s, self._cadence_s, more=more, failures=self._failures
+                )
 
     def stop(self) -> None:
         """End ``run`` now (idempotent; a batch in flight is cut and rolled back)."""
@@ -132,8 +150,10 @@ class Pruner:
         try:
             batch = await prune_batch(self._db, limit=self._batch)
         except Exception as exc:
+            self._failures += 1
             self.metrics.failures.inc()
             self._sink.emit(from_exception(RETENTION_FAILED, exc, replica=self._owner))
             return None
+        self._failures = 0
         self.metrics.observe(batch, time.perf_counter() - started)
         return batch
