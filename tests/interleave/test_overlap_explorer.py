@@ -21,27 +21,19 @@ ends terminal.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
-import trio_asyncio
 
 from qlsched.core.outcomes import Admitted, OverlapSkipped
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
-from qlsched.core.work import JobResult
-from qlsched.postgres import worker
 from qlsched.postgres.overlap import release_held
 from qlsched.postgres.pool import Database, open_database
 from qlsched.postgres.publish import publish
 from tests.interleave.engine import Engine, Session, Step, count_orderings, orderings
 from tests.interleave.tally import TALLY
-from tests.interleave.world import Raw, Replica, World
+from tests.interleave.test_worker_explorer import WorkerSession, _worker, _world
+from tests.interleave.world import Raw, Replica
 from tests.support.pg import TestDatabase
 
-LEASE_MS = 30_000
-OK = JobResult(end="succeeded", code="succeeded", exit_code=0)
 DUE_SQL = (
     "UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $2,"
     " decided_from_ms = COALESCE(decided_from_ms, $2)"
@@ -71,52 +63,6 @@ def _file(trigger_id: str, overlap: str) -> PublishFile:
     )
 
 
-class Worker:
-    """A worker over one pooled connection (its backend is known)."""
-
-    def __init__(self, name: str, db: Database) -> None:
-        self.name = name
-        self.db = db
-        self.pid = 0
-        self.claimed: list[Any] = []
-
-    async def refresh(self) -> None:
-        async def pid(conn: Any) -> int:
-            return int(await conn.fetchval("SELECT pg_catalog.pg_backend_pid()"))
-
-        self.pid = await self.db.run(pid)
-
-    async def claim(self) -> None:
-        self.claimed = await worker.claim(
-            self.db, worker_id=self.name, session_id=self.name, limit=4, lease_ms=LEASE_MS
-        )
-
-    async def finish(self) -> None:
-        for c in self.claimed:
-            await worker.finish(
-                self.db,
-                attempt_id=c.attempt_id,
-                lease_token=c.lease_token,
-                result=OK,
-                actor=self.name,
-            )
-        self.claimed = []
-
-    async def reap(self) -> None:
-        await worker.reap(self.db, limit=4, actor=self.name)
-
-
-@contextlib.asynccontextmanager
-async def _world(db: TestDatabase) -> AsyncIterator[World]:
-    async with trio_asyncio.open_loop() as loop, contextlib.AsyncExitStack() as stack:
-        yield World(loop, stack, db.superuser_dsn, db.admin_dsn, db.runtime_dsn)
-
-
-async def _worker(world: World, dsn: str, name: str) -> Worker:
-    db = await world.stack.enter_async_context(open_database(dsn, max_size=1))
-    return Worker(name, db)
-
-
 async def _make_due(su: Raw, trigger_id: str) -> None:
     await su.execute(DUE_SQL, trigger_id, int(await su.fetchval(NOW_SQL)) - 1_000)
 
@@ -129,7 +75,7 @@ async def _cron_once(c: Replica, su: Raw, trigger_id: str) -> None:
     await c.settle()
 
 
-async def _drive(su: Raw, d: Worker, runtime: Database, trigger_id: str) -> list[str]:
+async def _drive(su: Raw, d: WorkerSession, runtime: Database, trigger_id: str) -> list[str]:
     """The runs pass, then every Run claimed and finished until none is unfinished."""
     problems: list[str] = []
     for _ in range(6):
