@@ -231,6 +231,13 @@ class Metrics:
             "outcome",
             "part",
         )
+        self.deadline_cancelled: Final = counter(
+            "qlsched_runs_deadline_cancelled",
+            "Queued Runs nobody started by their trigger's start deadline, cancelled.",
+        )
+        self.released: Final = counter(
+            "qlsched_runs_released", "Held Runs (overlap buffer_one) released by this process."
+        )
         duration, lag, lag_from_scheduled = _histograms(r)
         self.round_duration: Final = duration
         self.schedule_lag: Final = lag
@@ -277,6 +284,11 @@ class Metrics:
 
     def count_round_failure(self) -> None:
         self.round_failures.inc()
+
+    def count_runs_pass(self, deadline_cancelled: int, released: int) -> None:
+        """A runs pass's work (start deadlines, held Runs released)."""
+        self.deadline_cancelled.inc(deadline_cancelled)
+        self.released.inc(released)
 
     def summary_counts(self) -> dict[str, float]:
         """The summary line's counts (``qlsched.summary.SUMMARY_KEYS``), since start."""

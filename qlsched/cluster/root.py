@@ -36,10 +36,11 @@ from qlsched.cluster.http import AdmissionApp, serve_http
 from qlsched.cluster.lifecycle import Lifecycle, LifecycleStatistics
 from qlsched.cluster.requests import RequestsPass
 from qlsched.cluster.retention import Pruner, RetentionMetrics
-from qlsched.cluster.runs_pass import Passes, RunsPass
+from qlsched.cluster.runs_pass import RunsPass
 from qlsched.core.config import Config, ConfigError
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.lease import call_timeout_s
+from qlsched.engine.passes import Passes
 from qlsched.exception_groups import single_leaf_unwrapped
 from qlsched.metrics import Metrics
 from qlsched.postgres.errors import (

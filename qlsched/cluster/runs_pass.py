@@ -13,12 +13,10 @@ cadences, as the requests pass), not per round; a full batch looks again next ro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final
 
 import msgspec
 import trio
-from prometheus_client import Counter
 
 from qlsched.core.config import Config
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
@@ -56,16 +54,6 @@ class RunsPass:
         self.poll: Final = PollTimer(config.cadence_ms, config.lease_ms, poll_s)
         self._sink = sink
         self._metrics = metrics
-        self.deadline_cancelled: Final = Counter(
-            "qlsched_runs_deadline_cancelled",
-            "Queued Runs no worker started by their trigger's start deadline, cancelled.",
-            registry=metrics.registry,
-        )
-        self.released: Final = Counter(
-            "qlsched_runs_released",
-            "Held Runs (overlap buffer_one) released by this replica's pass.",
-            registry=metrics.registry,
-        )
 
     async def run(self, stop: trio.Event | None = None) -> RunsPassStats:
         """One pass, when its poll is due (or the last one filled a batch)."""
@@ -82,22 +70,7 @@ class RunsPass:
             self._metrics.count_error(RUNS_PASS_FAILED)
             self._sink.emit(from_exception(RUNS_PASS_FAILED, exc, replica=self._owner))
             return RunsPassStats(looked=True)
-        self.deadline_cancelled.inc(len(cancelled))
-        self.released.inc(len(released))
+        self._metrics.count_runs_pass(len(cancelled), len(released))
         if self._budget in (len(cancelled), len(released)):
             self.poll.again()  # a full batch: more may wait
         return RunsPassStats(looked=True, deadline_cancelled=len(cancelled), released=len(released))
-
-
-class AfterRound(Protocol):
-    async def run(self, stop: trio.Event | None) -> object: ...
-
-
-class Passes:
-    """The passes a round runs after its schedule rows, in order."""
-
-    def __init__(self, passes: Sequence[AfterRound]) -> None:
-        self._passes = tuple(passes)
-
-    async def run(self, stop: trio.Event | None = None) -> list[object]:
-        return [await p.run(stop) for p in self._passes]

@@ -23,13 +23,13 @@ from qlsched.commands.retention import pruned_line, setting_line
 from qlsched.commands.tables import (
     console_for,
     iso,
+    overlap_line,
     recent_run_line,
     request_line,
     schedules_table,
 )
 from qlsched.core.control import ScheduleAction
 from qlsched.core.shown import shown
-from qlsched.core.store import ScheduleRow
 from qlsched.postgres.login import OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.status import STATUS_LIMIT, StatusReport, read_status
@@ -80,15 +80,6 @@ def _backlog(report: StatusReport) -> str:
     return f"{report.due_backlog}+ (counted up to {report.due_backlog_limit})"
 
 
-def _overlap_line(s: ScheduleRow) -> str:
-    """What the trigger's overlap policy and start deadline did (docs/contract.md §13)."""
-    return (
-        f"{s.project_id}/{s.trigger_id}: {s.overlap_skipped_total} occurrences overlap-skipped"
-        f" (a Run of it was unfinished), {s.deadline_cancelled_total} Runs cancelled at their"
-        " start deadline"
-    )
-
-
 def render(report: StatusReport, file: IO[str] | None = None) -> None:
     """Print the report: styled on a terminal, plain text otherwise (same columns)."""
     console, terminal = console_for(file if file is not None else sys.stdout)
@@ -107,7 +98,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
             )
         for s in report.schedules:
             if s.overlap_skipped_total or s.deadline_cancelled_total:
-                console.print(_overlap_line(s), markup=False)
+                console.print(overlap_line(s), markup=False)
         if report.schedules_more:
             console.print(
                 f"showing the first {len(report.schedules):,} triggers; there are more:"

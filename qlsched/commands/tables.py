@@ -143,3 +143,12 @@ def console_for(out: IO[str]) -> tuple[Console, bool]:
         file=out, highlight=False, markup=False, emoji=False, width=None if terminal else 1000
     )
     return console, terminal
+
+
+def overlap_line(s: ScheduleRow) -> str:
+    """What the trigger's overlap policy and start deadline did (docs/contract.md §13)."""
+    return (
+        f"{s.project_id}/{s.trigger_id}: {s.overlap_skipped_total} occurrences overlap-skipped"
+        f" (a Run of it was unfinished), {s.deadline_cancelled_total} Runs cancelled at their"
+        " start deadline"
+    )

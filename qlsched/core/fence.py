@@ -13,6 +13,7 @@ import msgspec
 
 from qlsched.core.jitter import Jitter
 from qlsched.core.outcomes import FenceLost, RevisionChanged
+from qlsched.core.specs import Overlap
 
 
 class ClaimFence(msgspec.Struct, frozen=True):
@@ -57,6 +58,10 @@ class Claim(msgspec.Struct, frozen=True):
     defaults are the rule of triggers published before the policy existed."""
     jitter_ms: int = 0
     """The revision's jitter bound (docs/contract.md §10); 0: due at the scheduled time."""
+    overlap: Overlap = "allow"
+    start_deadline_ms: int | None = None
+    """The revision's overlap policy and start deadline (docs/contract.md §13), read by the
+    Edge's claim for its admit; the cluster's admit reads them from the trigger row itself."""
 
     @property
     def key(self) -> TriggerKey:

@@ -292,8 +292,7 @@ class RequestView(msgspec.Struct, frozen=True):
     held: bool = False
     """Pending for a paused trigger: it takes no claim slot and runs after resume."""
     overlap_skipped: int = 0
-    """Occurrences the trigger's overlap policy gave no Run (one of it was unfinished; the
-    cluster only: the Edge has no overlap policy)."""
+    """Occurrences the trigger's overlap policy gave no Run (one of it was unfinished)."""
 
     @property
     def done(self) -> int:

@@ -221,19 +221,6 @@ def validate_publish_file(spec: PublishFile) -> None:
             raise SpecError(f"{label}: jitter_ms: {problem}")
 
 
-def refuse_worker_fields(spec: PublishFile) -> None:
-    """The Edge profile has no worker, so nothing ever finishes its Runs: an overlap policy
-    or a start deadline would skip or cancel forever. Refused by name, never ignored."""
-    for i, tr in enumerate(spec.triggers):
-        label = f"triggers[{i}] (id {quoted(tr.id)})"
-        if tr.overlap != OVERLAP_DEFAULT:
-            raise SpecError(f"{label}: overlap: needs a worker; the Edge profile has none")
-        if tr.start_deadline_ms is not None:
-            raise SpecError(
-                f"{label}: start_deadline_ms: needs a worker; the Edge profile has none"
-            )
-
-
 def _canonical(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj, order="sorted")
 

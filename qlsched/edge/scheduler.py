@@ -4,7 +4,8 @@ A round is the shared engine's (``qlsched.engine.round``): it reads up to ``clai
 due rows (a read, ``SqliteStore.claim``), decides each with ``core.decide`` on the read's
 time, and writes every Fire, Initialize and Skip in one transaction (``SqliteStore.commit``),
 each fenced by its cursor compare-and-set; then it serves the trigger-now and backfill
-requests (``edge.requests``), each chunk in its own transaction. Rounds never
+requests (``edge.requests``), each chunk in its own transaction, and its Runs' start
+deadlines and held Runs (``edge.runs_pass``). Rounds never
 overlap; a round that filled its budget and wrote something is followed at once by the next
 (catch-up). Stop is graceful by construction: a round's transaction runs in a worker thread
 that is never abandoned, so a stop between rounds or after the current one loses nothing.
@@ -21,7 +22,9 @@ import trio
 
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.edge.requests import NOMINAL_LEASE_MS, EdgeRequests
+from qlsched.edge.runs_pass import EdgeRunsPass
 from qlsched.edge.settings import EdgeSettings
+from qlsched.engine.passes import Passes
 from qlsched.engine.round import RoundEngine, RoundMetrics
 from qlsched.engine.stats import RoundStats
 from qlsched.sqlite.errors import EdgeDatabaseError
@@ -37,6 +40,8 @@ class EdgeMetrics(RoundMetrics, Protocol):
     """What the Edge's rounds feed: the engine's metrics, round failures, the summary."""
 
     def count_round_failure(self) -> None: ...
+
+    def count_runs_pass(self, deadline_cancelled: int, released: int) -> None: ...
 
     def summary_counts(self) -> dict[str, float]: ...
 
@@ -68,11 +73,21 @@ class EdgeScheduler:
             sink=sink,
             metrics=self.metrics,
             spec_cache_size=SPEC_CACHE_SIZE,
-            requests=EdgeRequests(
-                SqliteRequestStore(store.db),
-                owner=settings.owner,
-                budget=settings.claim_budget,
-                sink=sink,
+            requests=Passes(
+                [
+                    EdgeRequests(
+                        SqliteRequestStore(store.db),
+                        owner=settings.owner,
+                        budget=settings.claim_budget,
+                        sink=sink,
+                    ),
+                    EdgeRunsPass(
+                        store.db,
+                        owner=settings.owner,
+                        budget=settings.claim_budget,
+                        metrics=self.metrics,
+                    ),
+                ]
             ),
             writer=store,
         )

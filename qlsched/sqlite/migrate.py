@@ -102,6 +102,16 @@ def _check_catalog(conn: sqlite3.Connection, path: str, directory: Traversable) 
             )
 
 
+def _check_foreign_keys(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse to commit migrations that left a row pointing nowhere."""
+    broken = conn.execute(query("foreign_key_check")).fetchone()
+    if broken is not None:
+        raise EdgeSchemaError(
+            f"{path}: a migration left {broken[0]} rows without their {broken[2]} row;"
+            " nothing was applied"
+        )
+
+
 def _identify(conn: sqlite3.Connection, path: str) -> tuple[int, set[str]]:
     app_id = int(conn.execute(query("application_id")).fetchone()[0])
     tables = {str(r[0]) for r in conn.execute(query("table_names"))}
@@ -137,6 +147,10 @@ def check_schema(conn: sqlite3.Connection, path: str, *, apply: bool, now_ms: in
         )
     applied_now: list[str] = []
     if apply:
+        enforced = bool(conn.execute(query("foreign_keys_get")).fetchone()[0])
+        # A migration may rebuild a referenced table (SQLite's documented way to change a
+        # CHECK): enforcement is off during the transaction and checked whole before COMMIT.
+        conn.execute(query("foreign_keys_off"))
         conn.execute(query("begin_immediate"))
         try:
             # Again under the write lock: another process may have migrated meanwhile.
@@ -153,11 +167,15 @@ def check_schema(conn: sqlite3.Connection, path: str, *, apply: bool, now_ms: in
                         query("migration_record"), (mig.version, mig.name, mig.checksum, now_ms)
                     )
                     applied_now.append(mig.name)
+            _check_foreign_keys(conn, path)
             conn.execute(query("commit"))
         except BaseException:
             if conn.in_transaction:
                 conn.execute(query("rollback"))
             raise
+        finally:
+            if enforced:
+                conn.execute(query("foreign_keys_on"))
     applied = [tuple(r) for r in conn.execute(query("migrations_applied"))]
     _check_ledger(path, applied, known)
     pending = [m.name for m in migrations if m.version not in {int(r[0]) for r in applied}]

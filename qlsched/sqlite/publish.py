@@ -85,6 +85,8 @@ def _publish_trigger(
         trigger.dst_gap,
         trigger.dst_fold,
         trigger.jitter_ms,
+        trigger.overlap,
+        trigger.start_deadline_ms,
     )
     active = int(project_active and trigger.enabled)
     if row is None:
@@ -113,6 +115,8 @@ def _stored_trigger(project_id: str, row: Any, *, enabled: bool) -> TriggerEntry
         dst_gap=row[7],
         dst_fold=row[8],
         jitter_ms=row[9],
+        overlap=row[10],
+        start_deadline_ms=row[11],
     )
 
 

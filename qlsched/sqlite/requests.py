@@ -25,6 +25,7 @@ from typing import Any
 from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
 from qlsched.core.fence import ClaimFence
+from qlsched.core.overlap import Decision, chunk_decisions, reads_runs
 from qlsched.core.requests import (
     REQUEST_FAILURES_MAX,
     NotRecorded,
@@ -40,16 +41,19 @@ from qlsched.core.requests import (
     RequestHeld,
     RequestKind,
     RequestOutcome,
+    RequestOverlap,
     RequestRefused,
     RequestWaiting,
     backfill_count,
     first_occurrence,
 )
+from qlsched.core.specs import Overlap
 from qlsched.sqlite.control import os_user, record_action
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import classify, error_code
+from qlsched.sqlite.overlap import cancel_others, unfinished
 from qlsched.sqlite.queries import query
-from qlsched.sqlite.store import RunRows, execution_fault, insert_runs
+from qlsched.sqlite.runs import RunRows, execution_fault, insert_runs
 
 NOMINAL_VERSION = 0
 """The claim version recorded on a request's Runs: nominal, as nothing expires on the Edge."""
@@ -68,9 +72,11 @@ def record_request(
     actor: str | None,
     span: tuple[int, int] | None = None,
     max_occurrences: int | None = None,
+    overlap: RequestOverlap | None = None,
 ) -> RecordResult:
     """Blocking: record a trigger-now (``span`` None) or a backfill of ``span`` at
-    ``now_ms``; ``note``, ``actor`` and the range are already checked."""
+    ``now_ms``; ``note``, ``actor`` and the range are already checked; ``overlap`` 'allow'
+    ignores the trigger's overlap policy."""
     p, t = ref.project_id, ref.trigger_id
     conn.execute(query("begin_immediate"))
     try:
@@ -87,7 +93,7 @@ def record_request(
             (
                 *(str(request_id), p, t, row[0], kind, note, actor, user, now_ms),
                 *(span or (None, None)),
-                *(total, max_occurrences, first),
+                *(total, max_occurrences, first, overlap),
             ),
         )
         record_action(
@@ -181,8 +187,10 @@ def _failure(
     rule of the cluster's ``request_admit``), or None."""
     if sched is None:
         return "revision_changed"
-    _cursor, _paused, revision, enabled, digest, task_revision, execution, _task, project = sched
-    _kind, total, admitted, already, asked = fenced
+    _cursor, _paused, revision, enabled, digest, task_revision, execution, _task, project = sched[
+        :9
+    ]
+    _kind, total, admitted, already, asked, skipped, _overlap = fenced
     if project != "active":
         return "project_archived"
     if not enabled:
@@ -201,31 +209,55 @@ def _failure(
             return "revision_changed"
         case _:
             return "digest_invalid"
-    if admitted + already + chunk_size > (1 if total is None else total):
+    if admitted + already + skipped + chunk_size > (1 if total is None else total):
         return "count_mismatch"
     return None
 
 
-def _run_rows(chunk: RequestChunk, task_id: str, now_ms: int) -> list[RunRows]:
+def _run_rows(
+    chunk: RequestChunk,
+    task_id: str,
+    now_ms: int,
+    decisions: list[Decision],
+    deadline_ms: int | None,
+) -> list[RunRows]:
+    """The rows of the occurrences the overlap policy gives a Run (``queue`` or ``hold``)."""
     c = chunk.claim
     owner, token = c.fence.owner, str(c.fence.token)
     rows: list[RunRows] = []
-    for at, key, run_id, attempt_id in zip(
-        chunk.occurrences, chunk.keys, chunk.run_ids, chunk.attempt_ids, strict=True
+    for at, key, run_id, attempt_id, decision in zip(
+        chunk.occurrences, chunk.keys, chunk.run_ids, chunk.attempt_ids, decisions, strict=True
     ):
-        run = str(run_id)
+        if decision == "skip":
+            continue
+        run, held = str(run_id), decision == "hold"
         rows.append(
             (
                 (
                     *(run, c.project_id, c.trigger_id, c.trigger_revision, task_id),
                     *(c.task_revision, str(c.execution_revision_id), at, key, now_ms),
-                    *(owner, token, NOMINAL_VERSION),
+                    *(owner, token, NOMINAL_VERSION, "held" if held else "queued"),
+                    None if held or deadline_ms is None else now_ms + deadline_ms,
                 ),
                 (str(attempt_id), run, now_ms),
-                (str(uuid.uuid4()), str(uuid.uuid4()), run, now_ms, owner),
+                (
+                    *(str(uuid.uuid4()), str(uuid.uuid4()), run, now_ms, owner),
+                    "run.held" if held else "run.queued",
+                ),
             )
         )
     return rows
+
+
+def _decisions(
+    conn: sqlite3.Connection, chunk: RequestChunk, policy: Overlap, asked: str | None
+) -> list[Decision]:
+    """What the trigger's policy (or the request's ``allow``) gives each occurrence."""
+    if asked == "allow" or not reads_runs(policy):
+        return ["queue"] * len(chunk.occurrences)
+    c = chunk.claim
+    active, held = unfinished(conn, c.project_id, c.trigger_id)
+    return chunk_decisions(policy, active, held, len(chunk.occurrences))
 
 
 def _admit_in(conn: sqlite3.Connection, chunk: RequestChunk, now_ms: int) -> RequestOutcome:
@@ -250,16 +282,30 @@ def _admit_in(conn: sqlite3.Connection, chunk: RequestChunk, now_ms: int) -> Req
     if backfill and not chunk.occurrences and not chunk.done:
         conn.execute(query("request_wait"), (request, chunk.next_ms, now_ms))
         return RequestWaiting(*ids)
-    taken = insert_runs(conn, _run_rows(chunk, task_id, now_ms))
-    inserted = len(chunk.occurrences) - len(taken)
+    policy, deadline = sched[9], sched[10]
+    decisions = _decisions(conn, chunk, policy, fenced[6])
+    rows = _run_rows(chunk, task_id, now_ms, decisions, deadline)
+    taken = insert_runs(conn, rows)
+    skipped = decisions.count("skip")
+    inserted = len(rows) - len(taken)
+    if policy == "cancel_other" and fenced[6] != "allow" and inserted:
+        new = [r[0][0] for r in rows if uuid.UUID(r[0][0]) not in taken]
+        cancel_others(conn, c.project_id, c.trigger_id, new, now_ms, c.fence.owner)
     conn.execute(
         query("request_settle"),
         (
             *(request, chunk.cursor_ms if backfill else None),
             *(chunk.next_ms if backfill else None, inserted, len(taken), chunk.done, now_ms),
+            skipped,
         ),
     )
-    return RequestAdmitted(*ids, admitted=inserted, already_admitted=len(taken), done=chunk.done)
+    return RequestAdmitted(
+        *ids,
+        admitted=inserted,
+        already_admitted=len(taken),
+        overlap_skipped=skipped,
+        done=chunk.done,
+    )
 
 
 class SqliteRequestStore:

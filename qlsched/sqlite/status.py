@@ -62,12 +62,10 @@ def schedule_views(
             paused_at_ms=r[14],
             pause_note=r[15],
             paused_total=r[16],
+            overlap_skipped_total=r[17],
+            deadline_cancelled_total=r[18],
         )
-        for r in (
-            conn.execute(query("schedules_list"), (limit,))
-            if after is None
-            else conn.execute(query("schedules_list_after"), (*after, limit))
-        )
+        for r in conn.execute(query("schedules_list"), (*(after or ("", "")), limit))
     ]
 
 
@@ -102,6 +100,7 @@ def request_views(conn: sqlite3.Connection, limit: int = 20) -> list[RequestView
                 claim_owner=None,
                 failures=r[18],
                 last_failure=r[19],
+                overlap_skipped=r[20],
                 held=held,
             )
         )

@@ -20,11 +20,10 @@ part of the fence; revision, state version and cursor are.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from qlsched.core.fence import Claim, ClaimFence, FireRequest
 from qlsched.core.outcomes import (
@@ -37,6 +36,7 @@ from qlsched.core.outcomes import (
     Initialize,
     Initialized,
     Outcome,
+    OverlapSkipped,
     Released,
     RevisionChanged,
     RevisionPart,
@@ -44,11 +44,13 @@ from qlsched.core.outcomes import (
     Skipped,
     StoreFailed,
 )
-from qlsched.core.specs import EXECUTOR
+from qlsched.core.overlap import Decision
 from qlsched.core.store import ScheduleView, Settle
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
+from qlsched.sqlite.overlap import cancel_others, count_skipped, decide
 from qlsched.sqlite.queries import query
+from qlsched.sqlite.runs import RunRows, execution_fault, insert_runs
 from qlsched.sqlite.status import schedule_views
 
 
@@ -72,29 +74,6 @@ def _refusal(conn: sqlite3.Connection, claim: Claim) -> Outcome:
     if cursor != claim.cursor_ms:
         return RevisionChanged(p, t, part="cursor")
     return FenceLost(p, t, part="state")
-
-
-def execution_fault(
-    conn: sqlite3.Connection, execution_revision_id: uuid.UUID, task_revision: int
-) -> DigestPart | RevisionPart | None:
-    """What is wrong with the execution revision a Run would pin, or None: its digest is
-    re-computed from the payload, its executor checked, its task revision still current.
-
-    The rest of what the Run pins (trigger revision and digest, task revision, project and
-    trigger active) is fixed by the trigger revision, which the compare-and-set checks:
-    publish moves it whenever any of them changes.
-    """
-    row = conn.execute(query("execution_check"), (str(execution_revision_id),)).fetchone()
-    if row is None:
-        return "execution"
-    executor, payload, digest, pinned, task_now = row
-    if pinned != task_revision or task_now != pinned:
-        return "task"
-    if hashlib.sha256(payload.encode("utf-8")).hexdigest() != digest:
-        return "execution"
-    if executor != EXECUTOR:
-        return "executor"
-    return None
 
 
 def _advance(
@@ -123,28 +102,6 @@ def _advance(
         ),
     )
     return cursor.rowcount == 1
-
-
-RunRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
-
-
-def insert_runs(conn: sqlite3.Connection, rows: Sequence[RunRows]) -> set[uuid.UUID]:
-    """Insert Runs, then the Attempts and events of those inserted, one batch per table;
-    the run ids whose key already had a Run (cron and a backfill share the cron key), which
-    get nothing: a taken key is counted as admitted, never a retry loop."""
-    if not rows:
-        return set()
-    inserted = conn.executemany(query("run_insert"), [r[0] for r in rows]).rowcount
-    taken: set[uuid.UUID] = set()
-    if inserted != len(rows):
-        for run, _, _ in rows:
-            (holder,) = conn.execute(query("run_by_key"), (run[8],)).fetchone()
-            if holder != run[0]:
-                taken.add(uuid.UUID(run[0]))
-    kept = [r for r in rows if uuid.UUID(r[0][0]) not in taken] if taken else rows
-    conn.executemany(query("attempt_insert"), [r[1] for r in kept])
-    conn.executemany(query("events_insert"), [r[2] for r in kept])
-    return taken
 
 
 class _Round:
@@ -179,10 +136,30 @@ class _Round:
         )
         return None if moved else _refusal(self.conn, claim)
 
-    def rows(self, fire: FireRequest) -> RunRows:
+    def decide(self, fire: FireRequest) -> Decision:
+        """The overlap policy's decision for a Fire whose cursor moved (``core.overlap``);
+        a skip is counted on the row here, in the same transaction."""
+        claim = fire.claim
+        decision = decide(self.conn, claim.overlap, claim.project_id, claim.trigger_id)
+        if decision == "skip":
+            count_skipped(self.conn, claim.project_id, claim.trigger_id, 1)
+        return decision
+
+    def skipped(self, fire: FireRequest) -> OverlapSkipped:
+        claim = fire.claim
+        return OverlapSkipped(
+            claim.project_id,
+            claim.trigger_id,
+            scheduled_for_ms=fire.scheduled_for_ms,
+            admitted_at_ms=self.now_ms,
+        )
+
+    def rows(self, fire: FireRequest, decision: Decision = "queue") -> RunRows:
         """The Run, Attempt and events rows of an admitted Fire."""
         claim, now = fire.claim, self.now_ms
         run_id = str(fire.run_id)
+        held = decision == "hold"
+        deadline = claim.start_deadline_ms
         run = (
             run_id,
             claim.project_id,
@@ -197,28 +174,55 @@ class _Round:
             claim.fence.owner,
             str(claim.fence.token),
             claim.fence.version,
+            "held" if held else "queued",
+            None if held or deadline is None else now + deadline,
         )
         attempt = (str(fire.attempt_id), run_id, now)
-        events = (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner)
+        events = (
+            *(str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner),
+            "run.held" if held else "run.queued",
+        )
         return run, attempt, events
 
-    def insert(self, fires: Sequence[FireRequest]) -> set[uuid.UUID]:
+    def insert(self, fires: Sequence[tuple[FireRequest, Decision]]) -> set[uuid.UUID]:
         """Insert the Fires' Runs with their Attempts and events, one batch per table; the
-        run ids of those whose key already had a Run (``taken_runs``), left out."""
-        rows = [self.rows(f) for f in fires]
+        run ids of those whose key already had a Run (``taken_runs``), left out. A new Run
+        under ``cancel_other`` then cancels the trigger's others."""
+        rows = [self.rows(f, d) for f, d in fires]
         taken = insert_runs(self.conn, rows)
-        for fire in fires:
+        for fire, _ in fires:
+            claim = fire.claim
             if fire.run_id in taken:
-                claim = fire.claim
                 self.conn.execute(
                     query("count_already_admitted"), (claim.project_id, claim.trigger_id)
                 )
+            elif claim.overlap == "cancel_other":
+                cancel_others(
+                    self.conn,
+                    claim.project_id,
+                    claim.trigger_id,
+                    [str(fire.run_id)],
+                    self.now_ms,
+                    claim.fence.owner,
+                )
         return taken
 
-    def outcome(self, fire: FireRequest, taken: set[uuid.UUID]) -> Admitted | AlreadyAdmitted:
+    def write_one(self, fire: FireRequest) -> Outcome:
+        """One Fire on its own (the row-by-row redo): cursor, decision, Run."""
+        refused = self.advance_fire(fire)
+        if refused is not None:
+            return refused
+        decision = self.decide(fire)
+        if decision == "skip":
+            return self.skipped(fire)
+        return self.outcome(fire, self.insert([(fire, decision)]), decision)
+
+    def outcome(
+        self, fire: FireRequest, taken: set[uuid.UUID], decision: Decision = "queue"
+    ) -> Admitted | AlreadyAdmitted:
         """The Fire admitted, or its cursor moved past a key another path took."""
         if fire.run_id not in taken:
-            return self.admitted(fire)
+            return self.admitted(fire, held=decision == "hold")
         claim = fire.claim
         return AlreadyAdmitted(
             claim.project_id,
@@ -228,7 +232,7 @@ class _Round:
             admitted_at_ms=self.now_ms,
         )
 
-    def admitted(self, fire: FireRequest) -> Admitted:
+    def admitted(self, fire: FireRequest, *, held: bool = False) -> Admitted:
         claim = fire.claim
         return Admitted(
             claim.project_id,
@@ -238,6 +242,7 @@ class _Round:
             scheduled_for_ms=fire.scheduled_for_ms,
             idempotency_key=fire.idempotency_key,
             admitted_at_ms=self.now_ms,
+            held=held,
         )
 
 
@@ -254,7 +259,7 @@ def _settle_one(
     return Skipped(p, t, next_ms=decision.next_ms, skipped=decision.skipped)
 
 
-_DONE = (Admitted, AlreadyAdmitted, Initialized, Skipped)
+_DONE = (Admitted, AlreadyAdmitted, OverlapSkipped, Initialized, Skipped)
 
 
 class SqliteStore:
@@ -311,6 +316,8 @@ class SqliteStore:
                 dst_gap=r[13],
                 dst_fold=r[14],
                 jitter_ms=r[15],
+                overlap=r[16],
+                start_deadline_ms=r[17],
             )
             for r in conn.execute(query("due_rows"), (now, limit))
         ]
@@ -353,15 +360,19 @@ class SqliteStore:
         r: _Round, fires: Sequence[FireRequest], settles: Sequence[Settle]
     ) -> list[Outcome]:
         outcomes: list[Outcome | None] = []
-        moved: list[tuple[int, FireRequest]] = []
+        moved: list[tuple[int, FireRequest, Decision]] = []
         for fire in fires:
             refused = r.advance_fire(fire)
             if refused is None:
-                moved.append((len(outcomes), fire))
+                decision = r.decide(fire)
+                if decision == "skip":
+                    refused = r.skipped(fire)
+                else:
+                    moved.append((len(outcomes), fire, decision))
             outcomes.append(refused)
-        taken = r.insert([f for _, f in moved])
-        for i, fire in moved:
-            outcomes[i] = r.outcome(fire, taken)
+        taken = r.insert([(f, d) for _, f, d in moved])
+        for i, fire, decision in moved:
+            outcomes[i] = r.outcome(fire, taken, decision)
         done: list[Outcome] = [o for o in outcomes if o is not None]
         done.extend(_settle_one(r.conn, c, d, r.now_ms) for c, d in settles)
         return done
@@ -378,9 +389,7 @@ class SqliteStore:
             outcome: Outcome
             try:
                 if isinstance(write, FireRequest):
-                    refused = r.advance_fire(write)
-                    taken = r.insert([write]) if refused is None else set()
-                    outcome = r.outcome(write, taken) if refused is None else refused
+                    outcome = r.write_one(write)
                 else:
                     outcome = _settle_one(r.conn, claim, write, r.now_ms)
             except sqlite3.IntegrityError as exc:

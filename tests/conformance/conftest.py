@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from tests.conformance.harness import RequestHarness, StoreHarness
+from tests.conformance.harness import OverlapHarness, RequestHarness, StoreHarness
 from tests.conformance.memory_harness import open_memory_harness
 from tests.conformance.pg_harness import open_pg_harness
 from tests.conformance.sqlite_harness import open_sqlite_harness
@@ -46,4 +46,19 @@ REQUEST_HARNESSES: dict[str, RequestHarnessFactory] = {
 @pytest.fixture(params=sorted(REQUEST_HARNESSES))
 async def request_harness(request: pytest.FixtureRequest) -> AsyncIterator[RequestHarness]:
     async with REQUEST_HARNESSES[request.param](request) as opened:
+        yield opened
+
+
+OVERLAP_HARNESSES: dict[
+    str, Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[OverlapHarness]]
+] = {
+    "postgres": open_pg_harness,
+    "sqlite": open_sqlite_harness,
+}
+"""The stores with the overlap policy and the start deadline: the cluster's and the Edge's."""
+
+
+@pytest.fixture(params=sorted(OVERLAP_HARNESSES))
+async def overlap_harness(request: pytest.FixtureRequest) -> AsyncIterator[OverlapHarness]:
+    async with OVERLAP_HARNESSES[request.param](request) as opened:
         yield opened

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import msgspec
 
-from qlsched.core.requests import RecordResult, RequestStore
-from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
+from qlsched.core.requests import RecordResult, RequestOverlap, RequestStore
+from qlsched.core.specs import Overlap, ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.core.store import ScheduleReader, ScheduleStore
 
 
@@ -73,6 +73,8 @@ class StoreHarness(Protocol):
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
         jitter_ms: int = 0,
+        overlap: Overlap = "allow",
+        start_deadline_ms: int | None = None,
     ) -> None:
         """Publish a new trigger (its project active, created if missing): cursor NULL."""
         ...
@@ -120,6 +122,7 @@ class RequestRow(msgspec.Struct, frozen=True):
     already_admitted: int
     refused_reason: str | None
     failures: int
+    overlap_skipped: int = 0
 
 
 class RequestHarness(StoreHarness, Protocol):
@@ -141,6 +144,7 @@ class RequestHarness(StoreHarness, Protocol):
         from_ms: int,
         to_ms: int,
         max_occurrences: int = 10_000,
+        overlap: RequestOverlap | None = None,
     ) -> RecordResult: ...
 
     async def serve_requests(self, budget: int) -> None:
@@ -153,6 +157,38 @@ class RequestHarness(StoreHarness, Protocol):
 
     async def break_run_inserts(self, trigger_id: str) -> None:
         """From now on every Run insert of ``trigger_id`` fails (a database trigger)."""
+        ...
+
+
+class RunState(msgspec.Struct, frozen=True):
+    """Where a Run of the trigger is in its lifecycle, and why it was cancelled."""
+
+    scheduled_for_ms: int
+    state: str
+    cancel_reason: str | None
+    cancel_requested: bool
+    events: list[str]
+
+
+class OverlapHarness(RequestHarness, Protocol):
+    """A store whose admits follow the overlap policy and the start deadline (docs/contract.md
+    §13), with the test playing the worker or dispatcher that moves Runs."""
+
+    async def move_run(self, trigger_id: str, scheduled_for_ms: int, state: str) -> None:
+        """As a worker (or an Edge dispatcher) would: ``running`` (started now) or a
+        terminal state (finished now)."""
+        ...
+
+    async def run_states(self, trigger_id: str) -> list[RunState]:
+        """The trigger's Runs in occurrence order."""
+        ...
+
+    async def runs_pass(self) -> None:
+        """One runs pass of the profile: start deadlines, then held Runs released."""
+        ...
+
+    async def overlap_totals(self, project_id: str, trigger_id: str) -> tuple[int, int]:
+        """The row's (overlap_skipped_total, deadline_cancelled_total)."""
         ...
 
 
@@ -188,6 +224,8 @@ class PublishingHarness:
         misfire_grace_ms: int = 60_000,
         enabled: bool = True,
         jitter_ms: int = 0,
+        overlap: Overlap = "allow",
+        start_deadline_ms: int | None = None,
     ) -> None:
         self._triggers[(project_id, trigger_id)] = TriggerEntry(
             project=project_id,
@@ -199,6 +237,8 @@ class PublishingHarness:
             misfire_grace_ms=misfire_grace_ms,
             enabled=enabled,
             jitter_ms=jitter_ms,
+            overlap=overlap,
+            start_deadline_ms=start_deadline_ms,
         )
         await self._publish()
 

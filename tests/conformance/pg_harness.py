@@ -16,9 +16,10 @@ import pytest
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.cluster.requests import RequestsPass
+from qlsched.cluster.runs_pass import RunsPass
 from qlsched.core.config import Config
 from qlsched.core.control import TriggerRef
-from qlsched.core.requests import RecordResult
+from qlsched.core.requests import RecordResult, RequestOverlap
 from qlsched.core.specs import PublishFile
 from qlsched.postgres import control
 from qlsched.postgres.pool import Connection, Database, connect_once, open_database
@@ -26,7 +27,13 @@ from qlsched.postgres.publish import publish
 from qlsched.postgres.reader import PostgresReader
 from qlsched.postgres.requests import PostgresRequestStore, record_backfill, record_trigger_now
 from qlsched.postgres.store import PostgresStore
-from tests.conformance.harness import PublishingHarness, RequestRow, RunRow, ScheduleRow
+from tests.conformance.harness import (
+    PublishingHarness,
+    RequestRow,
+    RunRow,
+    RunState,
+    ScheduleRow,
+)
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
@@ -123,6 +130,7 @@ class PgHarness(PublishingHarness):
         from_ms: int,
         to_ms: int,
         max_occurrences: int = 10_000,
+        overlap: RequestOverlap | None = None,
     ) -> RecordResult:
         return await connect_once(
             self.db.admin_dsn,
@@ -133,6 +141,7 @@ class PgHarness(PublishingHarness):
                 from_ms=from_ms,
                 to_ms=to_ms,
                 max_occurrences=max_occurrences,
+                overlap=overlap,
             ),
         )
 
@@ -145,7 +154,7 @@ class PgHarness(PublishingHarness):
     async def requests(self) -> list[RequestRow]:
         rows = await self._su(
             "SELECT request_id, kind, state, admitted::int, already_admitted::int,"
-            " refused_reason, failures FROM qlsched.control_requests"
+            " refused_reason, failures, overlap_skipped::int FROM qlsched.control_requests"
             " ORDER BY created_at_ms, request_id"
         )
         return [RequestRow(*r.values()) for r in rows]
@@ -159,6 +168,45 @@ class PgHarness(PublishingHarness):
             "CREATE TRIGGER refuse_run BEFORE INSERT ON qlsched.runs FOR EACH ROW"
             f" WHEN (NEW.trigger_id = '{trigger_id}') EXECUTE FUNCTION public.refuse_run()"
         )
+
+    async def move_run(self, trigger_id: str, scheduled_for_ms: int, state: str) -> None:
+        await self._su(
+            "UPDATE qlsched.runs SET state = $3,"
+            " started_at_ms = CASE WHEN $3 = 'running'"
+            "   THEN (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint"
+            "   ELSE started_at_ms END,"
+            " finished_at_ms = CASE WHEN $3 = 'running' THEN NULL"
+            "   ELSE (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint END"
+            " WHERE trigger_id = $1 AND scheduled_for_ms = $2",
+            trigger_id,
+            scheduled_for_ms,
+            state,
+        )
+
+    async def run_states(self, trigger_id: str) -> list[RunState]:
+        rows = await self._su(
+            "SELECT r.scheduled_for_ms, r.state, r.cancel_reason, r.cancel_requested,"
+            " ARRAY(SELECT e.type FROM qlsched.run_events e WHERE e.run_id = r.run_id"
+            "       ORDER BY e.seq) AS events"
+            " FROM qlsched.runs r WHERE r.trigger_id = $1 ORDER BY r.scheduled_for_ms",
+            trigger_id,
+        )
+        return [RunState(**dict(r)) for r in rows]
+
+    async def runs_pass(self) -> None:
+        claim_db = self._pools[0]
+        await RunsPass(
+            claim_db, Config(owner="r1"), MemorySink(), Metrics(), budget=16, poll_s=0
+        ).run()
+
+    async def overlap_totals(self, project_id: str, trigger_id: str) -> tuple[int, int]:
+        [row] = await self._su(
+            "SELECT overlap_skipped_total::int, deadline_cancelled_total::int"
+            " FROM qlsched.trigger_schedules WHERE project_id = $1 AND trigger_id = $2",
+            project_id,
+            trigger_id,
+        )
+        return int(row[0]), int(row[1])
 
     async def runs(self) -> list[RunRow]:
         rows = await self._su(

@@ -19,15 +19,23 @@ import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.jitter import jitter_offset_ms
-from qlsched.core.requests import RecordResult
+from qlsched.core.requests import RecordResult, RequestOverlap
 from qlsched.core.specs import PublishFile
 from qlsched.edge.requests import EdgeRequests
+from qlsched.edge.runs_pass import EdgeRunsPass
 from qlsched.sqlite import control
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
 from qlsched.sqlite.requests import SqliteRequestStore, record_request
 from qlsched.sqlite.store import SqliteStore
-from tests.conformance.harness import PublishingHarness, RequestRow, RunRow, ScheduleRow
+from qlsched.summary import SummaryCounts
+from tests.conformance.harness import (
+    PublishingHarness,
+    RequestRow,
+    RunRow,
+    RunState,
+    ScheduleRow,
+)
 from tests.support.memory_sink import MemorySink
 
 RUNS = """
@@ -142,6 +150,7 @@ class SqliteHarness(PublishingHarness):
         from_ms: int,
         to_ms: int,
         max_occurrences: int = 10_000,
+        overlap: RequestOverlap | None = None,
     ) -> RecordResult:
         ref = TriggerRef(project_id, trigger_id)
         return await self.db.call(
@@ -154,6 +163,7 @@ class SqliteHarness(PublishingHarness):
                 actor=None,
                 span=(from_ms, to_ms),
                 max_occurrences=max_occurrences,
+                overlap=overlap,
             )
         )
 
@@ -166,7 +176,7 @@ class SqliteHarness(PublishingHarness):
                 RequestRow(uuid.UUID(r[0]), *r[1:])
                 for r in conn.execute(
                     "SELECT request_id, kind, state, admitted, already_admitted,"
-                    " refused_reason, failures FROM control_requests"
+                    " refused_reason, failures, overlap_skipped FROM control_requests"
                     " ORDER BY created_at_ms, request_id"
                 )
             ]
@@ -182,6 +192,58 @@ class SqliteHarness(PublishingHarness):
             )
 
         await self.db.call(create)
+
+    async def move_run(self, trigger_id: str, scheduled_for_ms: int, state: str) -> None:
+        now = self.db.clock()
+        started = now if state == "running" else None
+        finished = None if state == "running" else now
+
+        def move(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE runs SET state = ?, started_at_ms = coalesce(?, started_at_ms),"
+                " finished_at_ms = ? WHERE trigger_id = ? AND scheduled_for_ms = ?",
+                (state, started, finished, trigger_id, scheduled_for_ms),
+            )
+
+        await self.db.call(move)
+
+    async def run_states(self, trigger_id: str) -> list[RunState]:
+        def read(conn: sqlite3.Connection) -> list[RunState]:
+            return [
+                RunState(
+                    scheduled_for_ms=r[0],
+                    state=r[1],
+                    cancel_reason=r[2],
+                    cancel_requested=bool(r[3]),
+                    events=[
+                        str(e[0])
+                        for e in conn.execute(
+                            "SELECT type FROM run_events WHERE run_id = ? ORDER BY seq", (r[4],)
+                        )
+                    ],
+                )
+                for r in conn.execute(
+                    "SELECT scheduled_for_ms, state, cancel_reason, cancel_requested, run_id"
+                    " FROM runs WHERE trigger_id = ? ORDER BY scheduled_for_ms",
+                    (trigger_id,),
+                ).fetchall()
+            ]
+
+        return await self.db.call(read)
+
+    async def runs_pass(self) -> None:
+        await EdgeRunsPass(self.db, owner="r1", budget=16, metrics=SummaryCounts()).run()
+
+    async def overlap_totals(self, project_id: str, trigger_id: str) -> tuple[int, int]:
+        def read(conn: sqlite3.Connection) -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT overlap_skipped_total, deadline_cancelled_total FROM trigger_schedules"
+                " WHERE project_id = ? AND trigger_id = ?",
+                (project_id, trigger_id),
+            ).fetchone()
+            return int(row[0]), int(row[1])
+
+        return await self.db.call(read)
 
     async def runs(self) -> list[RunRow]:
         def read(conn: sqlite3.Connection) -> list[RunRow]:

@@ -186,7 +186,7 @@ def _postgres_columns() -> dict[str, set[str]]:
 def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
     """Every table the audit reads exists in the Edge file under its PostgreSQL name, and
     each of its columns is a column of the PostgreSQL table (only the lease, the pinned
-    jitter, the accounting, failure and overlap columns are absent), so the same audit queries run
+    jitter, the accounting and failure columns are absent), so the same audit queries run
     on both profiles."""
     db = published(tmp_path)
     postgres = _postgres_columns()
@@ -207,11 +207,8 @@ def test_tables_and_columns_carry_the_postgres_names(tmp_path: Path) -> None:
         "last_failure",
         "last_failure_at_ms",
     }
-    # The overlap policy's and the start deadline's buckets: the Edge has no worker and
-    # refuses both fields at publish.
-    overlap = {"overlap_skipped_total", "deadline_cancelled_total"}
     assert (
         postgres["trigger_schedules"]
         - {str(r[1]) for r in read(db, "PRAGMA table_info(trigger_schedules)")}
-        == lease | pinned | accounting | overlap
+        == lease | pinned | accounting
     )

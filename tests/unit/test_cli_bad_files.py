@@ -120,19 +120,3 @@ def test_an_oversized_config_file_is_one_line(tmp_path: Path) -> None:
     config.write_text("# " + "x" * (1024 * 1024) + "\n")
     result = qlsched("check", "--config", str(config), "--dsn", NOWHERE)
     assert_one_line(result, f"qlsched check: config file {config}: larger than 1048576 bytes")
-
-
-@pytest.mark.parametrize("field", ['overlap = "skip"', "start_deadline_ms = 60000"])
-def test_the_edge_refuses_the_fields_that_need_a_worker(tmp_path: Path, field: str) -> None:
-    """Rule: the Edge profile has no worker, so nothing would end its Runs: a trigger with
-    an overlap policy or a start deadline is refused at `edge publish` by name (exit 2,
-    one line), never accepted and ignored, and the file is left untouched."""
-    path = tmp_path / "overlap.toml"
-    path.write_text(PUBLISH_HEAD + f'cron = "* * * * *"\n{field}\n')
-    db = tmp_path / "edge.db"
-    name = field.split(" ")[0]
-    assert_one_line(
-        qlsched("edge", "publish", str(path), "--db", str(db)),
-        f'qlsched edge publish: {path}: triggers[0] (id "tr"): {name}: needs a worker',
-    )
-    assert not db.exists()

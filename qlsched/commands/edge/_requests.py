@@ -17,6 +17,7 @@ import trio
 
 from qlsched.commands.control.lines import recorded_line
 from qlsched.commands.edge import fail
+from qlsched.commands.options import add_overlap_option
 from qlsched.core.control import (
     ACTOR_MAX_CHARS,
     NOTE_MAX_CHARS,
@@ -30,11 +31,12 @@ from qlsched.sqlite.database import open_checked
 
 
 def add_common(p: argparse.ArgumentParser, db_help: str) -> None:
-    """The flags after ``P/T``: ``--db``, ``--note``, ``--actor`` (the cluster's, but the
-    file instead of an admin DSN)."""
+    """The flags after ``P/T``: ``--db``, ``--note``, ``--actor``, ``--overlap`` (the
+    cluster's, but the file instead of an admin DSN)."""
     p.add_argument("--db", help=db_help)
     p.add_argument("--note", help="why (kept with the request and shown by edge status)")
     p.add_argument("--actor", help="who acts, recorded beside the OS user")
+    add_overlap_option(p)
 
 
 def record(
@@ -63,6 +65,7 @@ def record(
                 actor=actor,
                 span=span,
                 max_occurrences=max_occurrences,
+                overlap=args.overlap,
             )
 
         try:

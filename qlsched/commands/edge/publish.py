@@ -8,7 +8,7 @@ import argparse
 import trio
 
 from qlsched.core.publish_result import PublishResult
-from qlsched.core.specs import SpecError, decode_publish_file, refuse_worker_fields
+from qlsched.core.specs import SpecError, decode_publish_file
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.publish import publish
 
@@ -27,7 +27,6 @@ def run(args: argparse.Namespace, db: str) -> int:
         raise SpecError(f"{args.file}: {exc.strerror}") from None
     try:
         spec = decode_publish_file(raw)  # validate before touching the database
-        refuse_worker_fields(spec)
     except SpecError as exc:
         raise SpecError(f"{args.file}: {exc}") from None
 

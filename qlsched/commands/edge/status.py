@@ -23,6 +23,7 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     from qlsched.commands.tables import (
         console_for,
         iso,
+        overlap_line,
         recent_run_line,
         request_line,
         schedules_table,
@@ -37,6 +38,9 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     console.print(f"due backlog {report.due_backlog}   runs {report.runs_total}", markup=False)
     if report.schedules:
         console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
+        for s in report.schedules:
+            if s.overlap_skipped_total or s.deadline_cancelled_total:
+                console.print(overlap_line(s), markup=False)
     else:
         console.print("no triggers published (qlsched edge publish FILE.toml)", markup=False)
     for q in report.requests:

@@ -21,3 +21,17 @@ SELECT type, name, sql FROM sqlite_schema
 -- Rolled back at once: fails with SQLITE_READONLY on a read-only file before a scheduler
 -- starts, instead of at its first round.
 UPDATE capability SET version = version WHERE name = 'qlsched.edge_scheduler';
+
+-- name: foreign_keys_get
+PRAGMA foreign_keys;
+
+-- name: foreign_keys_off
+-- Outside a transaction only (SQLite ignores it inside one).
+PRAGMA foreign_keys = OFF;
+
+-- name: foreign_keys_on
+PRAGMA foreign_keys = ON;
+
+-- name: foreign_key_check
+-- Rows whose parent row is missing: (table, rowid, parent table, constraint index).
+PRAGMA foreign_key_check;

@@ -70,12 +70,13 @@ SELECT project_id FROM triggers WHERE trigger_id = ?1 AND project_id <> ?2;
 -- name: trigger_insert
 -- ?1 project, ?2 trigger, ?3 enabled, ?4 cron, ?5 timezone, ?6 misfire policy,
 -- ?7 grace ms, ?8 task, ?9 task revision, ?10 execution revision, ?11 digest, ?12 now ms,
--- ?13 DST gap, ?14 DST fold policy, ?15 jitter ms.
+-- ?13 DST gap, ?14 DST fold policy, ?15 jitter ms, ?16 overlap policy, ?17 start deadline.
 INSERT INTO triggers (project_id, trigger_id, revision, kind, enabled, cron, timezone,
                       misfire_policy, misfire_grace_ms, task_id, task_revision,
                       execution_revision_id, content_digest, created_at_ms, updated_at_ms,
-                      dst_gap, dst_fold, jitter_ms)
-VALUES (?1, ?2, 1, 'cron', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14, ?15);
+                      dst_gap, dst_fold, jitter_ms, overlap, start_deadline_ms)
+VALUES (?1, ?2, 1, 'cron', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14, ?15, ?16,
+        ?17);
 
 -- name: trigger_update
 -- A changed trigger is a new revision (same parameters as trigger_insert).
@@ -83,7 +84,7 @@ UPDATE triggers
    SET revision = revision + 1, enabled = ?3, cron = ?4, timezone = ?5, misfire_policy = ?6,
        misfire_grace_ms = ?7, task_id = ?8, task_revision = ?9, execution_revision_id = ?10,
        content_digest = ?11, updated_at_ms = max(?12, updated_at_ms), dst_gap = ?13,
-       dst_fold = ?14, jitter_ms = ?15
+       dst_fold = ?14, jitter_ms = ?15, overlap = ?16, start_deadline_ms = ?17
  WHERE project_id = ?1 AND trigger_id = ?2
 RETURNING revision;
 
@@ -106,11 +107,11 @@ UPDATE trigger_schedules
 -- name: triggers_of_project
 -- Every trigger of project ?1 with what its digest is computed from (for --prune).
 SELECT trigger_id, enabled, cron, timezone, misfire_policy, misfire_grace_ms, task_id,
-       dst_gap, dst_fold, jitter_ms
+       dst_gap, dst_fold, jitter_ms, overlap, start_deadline_ms
   FROM triggers WHERE project_id = ?1 ORDER BY trigger_id;
 
 -- name: triggers_of_task
 -- Every trigger pinned to task ?2 of project ?1: a changed task re-pins them all.
 SELECT trigger_id, enabled, cron, timezone, misfire_policy, misfire_grace_ms, task_id,
-       dst_gap, dst_fold, jitter_ms
+       dst_gap, dst_fold, jitter_ms, overlap, start_deadline_ms
   FROM triggers WHERE project_id = ?1 AND task_id = ?2 ORDER BY trigger_id;

@@ -10,11 +10,12 @@ SELECT t.revision, t.enabled, t.cron, t.timezone, t.dst_gap, t.dst_fold, p.state
 -- name: request_insert
 -- Record one request, pending. ?1 id, ?2 project, ?3 trigger, ?4 revision, ?5 kind, ?6 note,
 -- ?7 actor label, ?8 the OS user, ?9 now ms, ?10 from_ms, ?11 to_ms, ?12 total, ?13 max,
--- ?14 a backfill's first occurrence (its next_ms).
+-- ?14 a backfill's first occurrence (its next_ms), ?15 'allow' to ignore the trigger's
+-- overlap policy (NULL: the policy decides).
 INSERT INTO control_requests (request_id, project_id, trigger_id, trigger_revision, kind, note,
                               actor, requested_by, created_at_ms, from_ms, to_ms, total,
-                              max_occurrences, next_ms, updated_at_ms)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?9);
+                              max_occurrences, next_ms, updated_at_ms, overlap)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?9, ?15);
 
 -- name: request_ready
 -- The runner's look (a read, no lease): up to ?1 pending requests that can progress, each
@@ -38,7 +39,7 @@ SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.c
 -- name: request_fenced
 -- The request as the admit's claim read it, or no row (done, refused, or its cursor moved
 -- since): the compare-and-set. ?1 request, ?2 the cursor the chunk starts after.
-SELECT kind, total, admitted, already_admitted, trigger_revision
+SELECT kind, total, admitted, already_admitted, trigger_revision, overlap_skipped, overlap
   FROM control_requests
  WHERE request_id = ?1 AND state = 'pending' AND cursor_ms IS ?2;
 
@@ -46,7 +47,8 @@ SELECT kind, total, admitted, already_admitted, trigger_revision
 -- The request's trigger now, inside the admit's transaction: its cron cursor and pause,
 -- what its Runs pin, and its project's state. ?1 project, ?2 trigger.
 SELECT s.next_fire_at_ms, s.paused_at_ms IS NOT NULL, t.revision, t.enabled,
-       t.content_digest, t.task_revision, t.execution_revision_id, t.task_id, p.state
+       t.content_digest, t.task_revision, t.execution_revision_id, t.task_id, p.state,
+       t.overlap, t.start_deadline_ms
   FROM trigger_schedules AS s
   JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
   JOIN projects AS p ON p.project_id = s.project_id
@@ -54,10 +56,12 @@ SELECT s.next_fire_at_ms, s.paused_at_ms IS NOT NULL, t.revision, t.enabled,
 
 -- name: request_settle
 -- After a chunk: its cursor, next occurrence and counts, done when nothing is left.
--- ?1 request, ?2 cursor, ?3 next_ms, ?4 inserted, ?5 already admitted, ?6 done, ?7 now ms.
+-- ?1 request, ?2 cursor, ?3 next_ms, ?4 inserted, ?5 already admitted, ?6 done, ?7 now ms,
+-- ?8 skipped by the overlap policy.
 UPDATE control_requests
    SET cursor_ms = ?2, next_ms = ?3,
        admitted = admitted + ?4, already_admitted = already_admitted + ?5,
+       overlap_skipped = overlap_skipped + ?8,
        state = CASE WHEN ?6 THEN 'done' ELSE 'pending' END,
        done_at_ms = CASE WHEN ?6 THEN ?7 END,
        failures = 0, last_failure = NULL, updated_at_ms = max(updated_at_ms, ?7)
@@ -97,7 +101,7 @@ SELECT * FROM (
     SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
            r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
            r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-           r.failures, r.last_failure
+           r.failures, r.last_failure, r.overlap_skipped
       FROM control_requests AS r
      WHERE r.state = 'pending'
      ORDER BY r.created_at_ms, r.request_id
@@ -107,7 +111,7 @@ SELECT * FROM (
     SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
            r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
            r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-           r.failures, r.last_failure
+           r.failures, r.last_failure, r.overlap_skipped
       FROM control_requests AS r
      ORDER BY r.created_at_ms DESC
      LIMIT ?1)

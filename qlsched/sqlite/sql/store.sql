@@ -9,7 +9,7 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.state_version, s.next_f
             ELSE t.misfire_policy END,
        t.misfire_grace_ms, t.content_digest,
        t.task_id, t.task_revision, t.execution_revision_id, t.dst_gap, t.dst_fold,
-       t.jitter_ms
+       t.jitter_ms, t.overlap, t.start_deadline_ms
   FROM trigger_schedules AS s
   JOIN triggers AS t
     ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
@@ -50,15 +50,16 @@ SELECT s.trigger_revision, s.state_version, s.next_fire_at_ms, s.active, p.state
  WHERE s.project_id = ?1 AND s.trigger_id = ?2;
 
 -- name: run_insert
--- The queued Run, with the round's fence. ?1 run, ?2 project, ?3 trigger, ?4 revision, ?5 task,
+-- The Run, with the round's fence. ?1 run, ?2 project, ?3 trigger, ?4 revision, ?5 task,
 -- ?6 task revision, ?7 execution revision, ?8 scheduled_for, ?9 key, ?10 now, ?11 owner,
--- ?12 token, ?13 state version (a request's: nominal). A key that already has a Run (cron
+-- ?12 token, ?13 state version (a request's: nominal), ?14 state ('queued', or 'held' by
+-- overlap buffer_one), ?15 start deadline (NULL: none). A key that already has a Run (cron
 -- and a backfill share the cron key) inserts nothing: the caller counts it as admitted.
 INSERT INTO runs (run_id, project_id, trigger_id, trigger_revision, task_id, task_revision,
                   execution_revision_id, scheduled_for_ms, idempotency_key, state, owner,
                   queued_at_ms, cancel_requested, created_at_ms, admitted_by_owner,
-                  admitted_claim_token, admitted_claim_version)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', 'runtime', ?10, 0, ?10, ?11, ?12, ?13)
+                  admitted_claim_token, admitted_claim_version, start_by_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?14, 'runtime', ?10, 0, ?10, ?11, ?12, ?13, ?15)
     ON CONFLICT (idempotency_key) DO NOTHING;
 
 -- name: run_by_key
@@ -77,9 +78,10 @@ INSERT INTO attempts (attempt_id, run_id, attempt_no, executor_kind, state, crea
 VALUES (?1, ?2, 1, 'remote_worker', 'claimed', ?3);
 
 -- name: events_insert
--- run.created then run.queued. ?1 event 1, ?2 event 2, ?3 run, ?4 now ms, ?5 actor.
+-- run.created then ?6 (run.queued, or run.held). ?1 event 1, ?2 event 2, ?3 run, ?4 now ms,
+-- ?5 actor.
 INSERT INTO run_events (event_id, run_id, seq, type, at_ms, actor)
-VALUES (?1, ?3, 1, 'run.created', ?4, ?5), (?2, ?3, 2, 'run.queued', ?4, ?5);
+VALUES (?1, ?3, 1, 'run.created', ?4, ?5), (?2, ?3, 2, ?6, ?4, ?5);
 
 -- name: due_backlog
 -- Active rows due now or uninitialised: the backlog gauge. ?1 now ms.
@@ -87,22 +89,12 @@ SELECT count(*) FROM trigger_schedules
  WHERE active = 1 AND coalesce(due_at_ms, -1) <= ?1;
 
 -- name: schedules_list
--- Status and metrics. ?1 limit.
+-- Status, metrics and /v1/schedules' pages: up to ?3 rows after key (?1 project, ?2
+-- trigger) in key order; the first page starts after ('', ''), before every key.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
        t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms, s.paused_at_ms, s.pause_note,
-       s.paused_total
-  FROM trigger_schedules AS s
-  JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
- ORDER BY s.project_id, s.trigger_id
- LIMIT ?1;
-
--- name: schedules_list_after
--- /v1/schedules' next page: the rows after key (?1 project, ?2 trigger), ?3 limit.
-SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
-       s.next_fire_at_ms, s.last_scheduled_at_ms, s.skipped_total, s.coalesced_total,
-       t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms, s.paused_at_ms, s.pause_note,
-       s.paused_total
+       s.paused_total, s.overlap_skipped_total, s.deadline_cancelled_total
   FROM trigger_schedules AS s
   JOIN triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  WHERE (s.project_id, s.trigger_id) > (?1, ?2)
