@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
 import qlsched
 from qlsched.cluster.root import ClusterControl, open_cluster_control
@@ -35,6 +34,7 @@ from tests.integration.cluster_support import (
     trigger,
     wait_until,
 )
+from tests.support.exposition import profile_problems, qlsched_samples
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
@@ -84,7 +84,9 @@ async def _more_rounds(controls: Sequence[ClusterControl], n: int = 3) -> None:
 
 
 def _sample(control: ClusterControl, name: str, labels: dict[str, str] | None = None) -> float:
-    value = control.metrics.registry.get_sample_value(name, labels or {})
+    value = control.metrics.registry.get_sample_value(
+        name, {"profile": "cluster", **(labels or {})}
+    )
     return 0.0 if value is None else value
 
 
@@ -425,10 +427,11 @@ async def test_metrics_scrape_parses_and_counts_admits(pg_db: TestDatabase) -> N
             response = await http_get(port, "/metrics")
         runs = await su.run_count()
     assert response.status == 200
+    text = response.body.decode()
+    assert profile_problems(text, "cluster") == []
     samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(response.body.decode())
-        for s in family.samples
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "profile"))): s.value
+        for s in qlsched_samples(text)
     }
     assert runs == 4
     assert samples[("qlsched_admits_total", ())] == runs
