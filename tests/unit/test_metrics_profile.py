@@ -8,6 +8,7 @@ from prometheus_client import Counter
 
 from qlsched.engine.stats import RoundStats
 from qlsched.metrics import Metrics, Profile
+from qlsched.worker.metrics import WorkerMetrics
 from tests.support.exposition import profile_problems, qlsched_samples, without_profile
 
 
@@ -29,6 +30,16 @@ def test_every_series_carries_the_profile_a_later_family_too(profile: Profile) -
     assert f'target_info{{profile="{profile}"}} 1.0' in text
     assert metrics.summary_counts()["admitted"] == 1
     assert metrics.registry.get_sample_value("qlsched_claims_total") is None  # no bare series
+
+
+def test_a_worker_is_labelled_as_part_of_the_cluster() -> None:
+    """Rule: the worker's series carry ``profile="cluster"`` (workers exist only there)."""
+    metrics = WorkerMetrics()
+    metrics.claimed()
+    metrics.finished("succeeded", 0.5)
+    text = metrics.render().decode()
+    assert profile_problems(text, "cluster") == []
+    assert {s.name for s in qlsched_samples(text)} >= {"qlsched_worker_claims_total"}
 
 
 def test_the_reader_checks_and_drops_the_label() -> None:
