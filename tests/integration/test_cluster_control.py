@@ -442,6 +442,33 @@ async def test_metrics_scrape_parses_and_counts_admits(pg_db: TestDatabase) -> N
     assert samples[("qlsched_schedule_lag_seconds_count", ())] == runs
 
 
+async def test_every_series_of_a_replica_is_labelled_profile_cluster(pg_db: TestDatabase) -> None:
+    """Rule: every sample of every qlsched family a replica serves on ``/metrics`` carries
+    ``profile="cluster"``: the round's, the store's counts, the requests and runs passes'
+    and the pruner's (each registers its own families); ``target_info`` says it too."""
+    await publish_triggers(pg_db, [trigger("t0")])
+    config = control_config(pg_db.runtime_dsn, "r", http="127.0.0.1:0")
+    async with open_superuser(pg_db) as su, open_cluster_control(config) as control:
+        assert control.http_address is not None
+        await su.wait_initialised(["t0"])
+        await _wait_admitted(su, ["t0"], await su.make_due(["t0"]))
+        response = await http_get(control.http_address[1], "/metrics")
+    assert response.status == 200
+    text = response.body.decode()
+    assert profile_problems(text, "cluster") == []
+    assert {
+        "qlsched_rounds_total",
+        "qlsched_schedule_lag_seconds_bucket",
+        "qlsched_due_backlog",
+        "qlsched_admit_statements_total",
+        "qlsched_schedule_actions_total",
+        "qlsched_request_outcomes_total",
+        "qlsched_runs_released_total",
+        "qlsched_retention_batches_total",
+    } <= {s.name for s in qlsched_samples(text)}
+    assert 'target_info{profile="cluster"} 1.0' in text
+
+
 async def test_startup_recovery_marks_drift_and_leaves_pristine_work(
     pg_db: TestDatabase,
 ) -> None:
