@@ -3,11 +3,14 @@ and the Edge's ``edge run`` alike.
 
 Both profiles run the same round engine and expose the same families under the same
 names (``qlsched_rounds_total``, ``qlsched_schedule_lag_seconds``, ...), rendered by
-prometheus_client; which profile a target is says its ``target_info{profile="cluster"}``
-or ``{profile="edge"}`` (Prometheus's info pattern: join on it to split a dashboard by
-profile). Families a profile does not feed stay at 0 (the Edge has no leases to lose).
+prometheus_client. Every series carries the target's profile as a label,
+``profile="cluster"`` or ``profile="edge"``, so a dashboard splits or sums by profile with
+no join; ``target_info{profile=...}`` stays for the joins written before. The label is
+added in one place, ``ProfileRegistry.collect``: no family declares it, and a new family
+(here, in the cluster's passes, in the worker) gets it by being in the registry. Families
+a profile does not feed stay at 0 (the Edge has no leases to lose).
 
-Each ``Metrics`` owns one ``CollectorRegistry``: several replicas can share a process (the
+Each ``Metrics`` owns one ``ProfileRegistry``: several replicas can share a process (the
 demo runs three) without their series colliding, and nothing is ever registered in the
 library's global registry. The coordinator feeds it once per round (``observe_round``) plus
 two schedule-lag samples per admitted Run (from its due time and from its scheduled time);
@@ -18,14 +21,15 @@ The store's own counts (admit statements sent, serialization retries among them)
 from the store at each scrape (``AdmitCounts``): they are cumulative since the replica
 started and never reset, so their ratio is the SERIALIZABLE retry rate.
 
-Every label value is a closed code (an outcome tag, a fence part, a diagnostic code), never
-free text, so a scrape can carry no payload or driver message.
+Every label value is a closed code (an outcome tag, a fence part, a diagnostic code, the
+profile), never free text, so a scrape can carry no payload or driver message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Final, Protocol, get_args
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -59,6 +63,32 @@ ROUND_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 # grace (60 s) or a lease (30 s, a takeover) when something went wrong, far more under
 # ``fire_once``.
 LAG_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
+
+
+Profile = Literal["cluster", "edge"]
+"""The value of every series' ``profile`` label (the worker is part of the cluster)."""
+
+
+class ProfileRegistry(CollectorRegistry):
+    """A registry whose every series carries ``profile``, added as it is collected.
+
+    Collecting is the one path to the exposition and to ``get_sample_value``, so no family
+    can miss the label nor needs to declare it (``target_info`` has it already: unchanged).
+    Not ``restricted_registry``, which collects behind this: render the whole registry.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__(auto_describe=True, target_info={"profile": profile})
+        self.profile: Final = profile
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in super().collect():
+            # A copy: a collector may hand out the same Metric again at the next scrape.
+            labelled = copy.copy(metric)
+            labelled.samples = [
+                s._replace(labels={"profile": self.profile, **s.labels}) for s in metric.samples
+            ]
+            yield labelled
 
 
 class AdmitCounts(Protocol):
@@ -189,11 +219,9 @@ class Metrics:
     """
 
     def __init__(
-        self, admit_counts: AdmitCounts | None = None, *, profile: str = "cluster"
+        self, admit_counts: AdmitCounts | None = None, *, profile: Profile = "cluster"
     ) -> None:
-        self.registry: Final = CollectorRegistry(
-            auto_describe=True, target_info={"profile": profile}
-        )
+        self.registry: Final = ProfileRegistry(profile)
         r = self.registry
         if admit_counts is not None:
             r.register(_AdmitCountsCollector(admit_counts))
@@ -317,10 +345,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def registry_reader(registry: CollectorRegistry) -> Callable[[], dict[str, float]]:
+def registry_reader(registry: ProfileRegistry) -> Callable[[], dict[str, float]]:
     """The summary line's counts (``qlsched.summary.SUMMARY_KEYS``) from a registry."""
+    labels: dict[str, str] = {"profile": registry.profile}
 
     def read() -> dict[str, float]:
-        return {k: registry.get_sample_value(v) or 0.0 for k, v in PROMETHEUS_SAMPLES.items()}
+        return {
+            k: registry.get_sample_value(v, labels) or 0.0 for k, v in PROMETHEUS_SAMPLES.items()
+        }
 
     return read

@@ -1,5 +1,7 @@
 """Prometheus metrics of one worker, in a registry of its own (several workers can share a
-process). Labels are closed codes (``JobCode``), never free text.
+process). Labels are closed codes (``JobCode``), never free text. Every series carries
+``profile="cluster"`` as the replicas' do (``qlsched.metrics.ProfileRegistry``): workers
+exist only in the cluster, and one dashboard splits or sums both by the same label.
 
 Also kept as plain counts (``statistics()``) for ``qlsched work``'s summary, the bench and
 tests, which need no exposition parsing.
@@ -10,8 +12,10 @@ from __future__ import annotations
 import collections
 
 import msgspec
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.exposition import generate_latest
+
+from qlsched.metrics import ProfileRegistry
 
 # A job is a process start at least (milliseconds) and at most a task's timeout (hours).
 DURATION_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600)
@@ -28,7 +32,7 @@ class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 class WorkerMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = ProfileRegistry("cluster")
         r = self.registry
         self._claims = Counter("qlsched_worker_claims", "Runs claimed by this worker", registry=r)
         self._outcomes = Counter(

@@ -91,9 +91,10 @@ async def test_rounds_admit_an_occurrence_at_its_due_time(
     assert runs == [(TEN, idempotency_key("g", 1, TEN))]
     eleven = TEN + HOUR_MS
     assert schedule(db) == [(eleven, eleven + h(eleven))]
+    edge = {"profile": "edge"}
     sample = metrics.registry.get_sample_value
-    assert sample("qlsched_schedule_lag_seconds_sum") == 0.0
-    assert sample("qlsched_schedule_lag_from_scheduled_seconds_sum") == h(TEN) / 1000
+    assert sample("qlsched_schedule_lag_seconds_sum", edge) == 0.0
+    assert sample("qlsched_schedule_lag_from_scheduled_seconds_sum", edge) == h(TEN) / 1000
 
 
 async def test_publish_round_trip_keeps_the_jitter(edge: tuple[EdgeDatabase, list[int]]) -> None:

@@ -145,6 +145,10 @@ async def get(address: tuple[str, int], path: str) -> tuple[int, str]:
     return int(head.split()[1]), body
 
 
+BACKLOG = 'qlsched_due_backlog{{profile="edge"}} {}.0'
+"""The Edge's due backlog line in ``/metrics`` (``.format(rows)``)."""
+
+
 async def scrape_until(address: tuple[str, int], text: str, timeout_s: float = 10) -> str:
     """``/metrics`` once it contains ``text`` (polled every 100 ms); fail after the timeout."""
     with trio.fail_after(timeout_s):
@@ -157,8 +161,8 @@ async def scrape_until(address: tuple[str, int], text: str, timeout_s: float = 1
 
 async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]]) -> None:
     """/healthz is 200; /readyz is 503 until rounds run and 200 while they do; /metrics has
-    the cluster's outcome counters and backlog under the same names, the target marked
-    ``profile="edge"``; other paths are 404."""
+    the cluster's outcome counters and backlog under the same names, each series marked
+    ``profile="edge"`` (and the target too); other paths are 404."""
     db, now = edge
     await db.call(lambda conn: publish(conn, spec_file(trigger("t", "skip")), now[0]))
     metrics = Metrics(profile="edge")
@@ -169,7 +173,7 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
         nursery.start_soon(serve_http, scheduler, metrics, listeners)
         assert await get(address, "/healthz") == (200, "ok\n")
         assert (await get(address, "/readyz"))[0] == 503
-        assert "qlsched_due_backlog 1.0" in (await get(address, "/metrics"))[1]
+        assert BACKLOG.format(1) in (await get(address, "/metrics"))[1]
         await scheduler.run_round()
         stop = trio.Event()
         async with trio.open_nursery() as rounds:
@@ -179,16 +183,15 @@ async def test_http_health_readiness_metrics(edge: tuple[EdgeDatabase, list[int]
         assert (await get(address, "/readyz"))[0] == 503
         # The backlog is read at most once a second (a scrape flood reads the file once):
         # wait for the scrape that reads it again.
-        metrics = await scrape_until(address, "qlsched_due_backlog 0.0")
-        # The cluster's families and names; the profile is the target's info.
-        assert 'qlsched_outcomes_total{code="initialized"} 1.0' in metrics
-        assert "qlsched_due_backlog 0.0" in metrics
+        metrics = await scrape_until(address, BACKLOG.format(0))
+        # The cluster's families and names; the profile is a label of each series.
+        assert 'qlsched_outcomes_total{code="initialized",profile="edge"} 1.0' in metrics
         assert 'target_info{profile="edge"} 1.0' in metrics
         assert "qlsched_edge_" not in metrics
         # The backlog is read again once the last reading is METRICS_TTL_S old.
         with trio.fail_after(10):
             while True:
-                if "qlsched_due_backlog 0.0" in (await get(address, "/metrics"))[1]:
+                if BACKLOG.format(0) in (await get(address, "/metrics"))[1]:
                     break
                 await trio.sleep(0.05)
         assert (await get(address, "/nope"))[0] == 404

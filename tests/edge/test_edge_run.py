@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from tests.edge.support import (
     wait_ready,
     wait_until,
 )
+from tests.support.exposition import profile_problems, qlsched_samples
 
 pytestmark = pytest.mark.slow
 
@@ -195,6 +198,33 @@ def test_edge_run_loads_no_cluster_code(tmp_path: Path, http: bool) -> None:
     assert ("qlsched.metrics" in report["modules"]) == http
     assert "qlsched.sqlite.store" in report["modules"]
     assert read(db, "SELECT count(*) > 0 FROM runs") == [(1,)]
+
+
+def test_edge_run_labels_every_series_profile_edge(tmp_path: Path) -> None:
+    """Rule: every sample of every qlsched family ``edge run --http`` serves on ``/metrics``
+    carries ``profile="edge"``: the cluster's names, told apart by the label (no
+    ``qlsched_edge_*`` family); ``target_info`` says it too."""
+    db = tmp_path / "edge.sqlite3"
+    qlsched("edge", "publish", str(publish_file(tmp_path / "a.toml", 2)), "--db", str(db))
+    proc = start_run(db, "--cadence-ms", "100", "--http", "127.0.0.1:0")
+    try:
+        [address] = re.findall(r"http on (\S+)", wait_ready(proc))
+        wait_until(runs_of(db, ("t000000", "t000001")), what="a Run of each trigger")
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        assert stop(proc) == 0
+    assert profile_problems(text, "edge") == []
+    names = {s.name for s in qlsched_samples(text)}
+    assert {
+        "qlsched_rounds_total",
+        "qlsched_admits_total",
+        "qlsched_outcomes_total",
+        "qlsched_schedule_lag_seconds_bucket",
+        "qlsched_due_backlog",
+    } <= names
+    assert [n for n in names if n.startswith("qlsched_edge_")] == []
+    assert 'target_info{profile="edge"} 1.0' in text
 
 
 LAYERS = """

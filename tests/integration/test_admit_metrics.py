@@ -37,12 +37,12 @@ RETRIES = "qlsched_admit_serialization_retries_total"
 
 
 def samples_of(text: bytes) -> dict[str, float]:
-    """Unlabelled samples of a Prometheus text exposition, by name."""
+    """Samples of a Prometheus text exposition with no label but the profile, by name."""
     return {
         s.name: s.value
         for family in text_string_to_metric_families(text.decode())
         for s in family.samples
-        if not s.labels
+        if s.labels == {"profile": "cluster"}
     }
 
 

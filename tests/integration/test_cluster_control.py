@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
 import qlsched
 from qlsched.cluster.root import ClusterControl, open_cluster_control
@@ -35,6 +34,7 @@ from tests.integration.cluster_support import (
     trigger,
     wait_until,
 )
+from tests.support.exposition import profile_problems, qlsched_samples
 from tests.support.memory_sink import MemorySink
 from tests.support.pg import TestDatabase
 
@@ -84,7 +84,9 @@ async def _more_rounds(controls: Sequence[ClusterControl], n: int = 3) -> None:
 
 
 def _sample(control: ClusterControl, name: str, labels: dict[str, str] | None = None) -> float:
-    value = control.metrics.registry.get_sample_value(name, labels or {})
+    value = control.metrics.registry.get_sample_value(
+        name, {"profile": "cluster", **(labels or {})}
+    )
     return 0.0 if value is None else value
 
 
@@ -425,10 +427,11 @@ async def test_metrics_scrape_parses_and_counts_admits(pg_db: TestDatabase) -> N
             response = await http_get(port, "/metrics")
         runs = await su.run_count()
     assert response.status == 200
+    text = response.body.decode()
+    assert profile_problems(text, "cluster") == []
     samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(response.body.decode())
-        for s in family.samples
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "profile"))): s.value
+        for s in qlsched_samples(text)
     }
     assert runs == 4
     assert samples[("qlsched_admits_total", ())] == runs
@@ -437,6 +440,33 @@ async def test_metrics_scrape_parses_and_counts_admits(pg_db: TestDatabase) -> N
     assert samples[("qlsched_rounds_total", ())] >= 3
     assert samples[("qlsched_due_backlog", ())] == 0
     assert samples[("qlsched_schedule_lag_seconds_count", ())] == runs
+
+
+async def test_every_series_of_a_replica_is_labelled_profile_cluster(pg_db: TestDatabase) -> None:
+    """Rule: every sample of every qlsched family a replica serves on ``/metrics`` carries
+    ``profile="cluster"``: the round's, the store's counts, the requests and runs passes'
+    and the pruner's (each registers its own families); ``target_info`` says it too."""
+    await publish_triggers(pg_db, [trigger("t0")])
+    config = control_config(pg_db.runtime_dsn, "r", http="127.0.0.1:0")
+    async with open_superuser(pg_db) as su, open_cluster_control(config) as control:
+        assert control.http_address is not None
+        await su.wait_initialised(["t0"])
+        await _wait_admitted(su, ["t0"], await su.make_due(["t0"]))
+        response = await http_get(control.http_address[1], "/metrics")
+    assert response.status == 200
+    text = response.body.decode()
+    assert profile_problems(text, "cluster") == []
+    assert {
+        "qlsched_rounds_total",
+        "qlsched_schedule_lag_seconds_bucket",
+        "qlsched_due_backlog",
+        "qlsched_admit_statements_total",
+        "qlsched_schedule_actions_total",
+        "qlsched_request_outcomes_total",
+        "qlsched_runs_released_total",
+        "qlsched_retention_batches_total",
+    } <= {s.name for s in qlsched_samples(text)}
+    assert 'target_info{profile="cluster"} 1.0' in text
 
 
 async def test_startup_recovery_marks_drift_and_leaves_pristine_work(

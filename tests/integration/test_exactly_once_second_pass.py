@@ -351,6 +351,7 @@ async def test_a_row_failing_again_and_again_shows_as_stuck(pg_db: TestDatabase)
         assert counts == FailingCounts(schedules=1, stuck_schedules=1, requests=0)
         metrics = Metrics()
         metrics.set_failing(counts)
-        assert b'qlsched_failing{kind="stuck_schedule"} 1.0' in metrics.render()
+        stuck = b'qlsched_failing{kind="stuck_schedule",profile="cluster"} 1.0'
+        assert stuck in metrics.render()
         assert [type(o) for o in await _cron_rounds(env, 1)] == [Admitted]
         assert await reader.failing_counts() == FailingCounts()

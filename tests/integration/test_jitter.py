@@ -184,7 +184,10 @@ async def test_two_replicas_admit_a_jittered_occurrence_once_at_its_due_time(env
     # Each replica measured its Runs' lag from the due time and from the scheduled time.
     sums = [
         sum(
-            r.metrics.registry.get_sample_value(f"qlsched_schedule_lag{series}_seconds_sum") or 0
+            r.metrics.registry.get_sample_value(
+                f"qlsched_schedule_lag{series}_seconds_sum", {"profile": "cluster"}
+            )
+            or 0
             for r in replicas
         )
         for series in ("", "_from_scheduled")

@@ -47,6 +47,7 @@ def refused_sample(metrics: Metrics, outcome: str, part: str) -> float:
             if s.name == "qlsched_admits_refused_total" and s.labels == {
                 "outcome": outcome,
                 "part": part,
+                "profile": "cluster",
             }:
                 return s.value
     return 0.0

@@ -25,6 +25,8 @@ from tests.integration.schema_support import run_cli
 from tests.support.pg import TestDatabase
 
 HOURLY = "0 * * * *"
+ACTIONS = 'qlsched_schedule_actions_total{{kind="{}",profile="cluster"}} {}.0'
+"""A control action count's line in ``/metrics`` (``.format(kind, count)``)."""
 
 
 async def _history(db: TestDatabase) -> int:
@@ -103,7 +105,7 @@ async def test_a_replica_serves_pauses_on_v1_schedules_and_counts_them_in_metric
         async def resumed_counted() -> bool:
             # A scrape is served again for METRICS_TTL_S: the count shows once it expires.
             later = await http_get(port, "/metrics")
-            return 'qlsched_schedule_actions_total{kind="resume"} 4.0' in later.body.decode()
+            return ACTIONS.format("resume", 4) in later.body.decode()
 
         await wait_until(resumed_counted, what="the resume in /metrics")
         # A page after the first (keyset: the rows after a) shows pause state too.
@@ -122,6 +124,6 @@ async def test_a_replica_serves_pauses_on_v1_schedules_and_counts_them_in_metric
     assert [x["kind"] for x in rows["a"]["actions"]] == ["pause", "resume", "pause"]
     assert rows["b"]["actions"] == []
     text = metrics.body.decode()
-    assert 'qlsched_schedule_actions_total{kind="pause"} 4.0' in text
-    assert 'qlsched_schedule_actions_total{kind="resume"} 3.0' in text
-    assert f"qlsched_paused_total {float(paused_total)}" in text
+    assert ACTIONS.format("pause", 4) in text
+    assert ACTIONS.format("resume", 3) in text
+    assert f'qlsched_paused_total{{profile="cluster"}} {float(paused_total)}' in text

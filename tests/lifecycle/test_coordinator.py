@@ -33,9 +33,10 @@ TICK_MS = BASE_MS - 30_000
 
 
 def sample(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """The value of ``name`` (of its series with ``labels``, profile aside)."""
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == name and (labels is None or s.labels == labels):
+            if s.name == name and (labels is None or s.labels == {"profile": "cluster", **labels}):
                 return s.value
     raise AssertionError(f"no sample {name} {labels}")
 

@@ -13,5 +13,5 @@ def test_no_created_series_in_the_exposition() -> None:
     metrics.observe_round(RoundStats(budget=16, claimed=1, admitted=1))
     metrics.observe_lag_ms(50, 50)
     text = metrics.render().decode()
-    assert "qlsched_admits_total 1.0" in text
+    assert 'qlsched_admits_total{profile="cluster"} 1.0' in text
     assert "_created" not in text

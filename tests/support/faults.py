@@ -55,6 +55,7 @@ from qlsched.postgres.pool import Connection, Database, connect_once, open_datab
 from qlsched.postgres.publish import publish
 from qlsched.postgres.timeouts import RoleTimeouts
 from qlsched.tools.verify import VerifyReport, verify_exactly_once
+from tests.support.exposition import without_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -839,7 +840,8 @@ async def running_replicas(replicas: list[ReplicaProcess]) -> AsyncIterator[list
 
 
 async def scrape_metrics(port: int) -> dict[str, float]:
-    """The replica's /metrics as {series: value} (``name{labels}`` keys)."""
+    """The replica's /metrics as {series: value}: ``name{labels}`` keys, labels sorted as
+    in the exposition, without the ``profile="cluster"`` every series carries."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
         await stream.send_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
@@ -853,5 +855,5 @@ async def scrape_metrics(port: int) -> dict[str, float]:
             continue
         name, _, value = line.rpartition(" ")
         with contextlib.suppress(ValueError):
-            out[name] = float(value)
+            out[without_profile(name, "cluster")] = float(value)
     return out

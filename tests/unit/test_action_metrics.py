@@ -16,13 +16,16 @@ def test_action_series_appear_after_a_read_with_every_kind_from_zero() -> None:
     assert b"qlsched_paused_total" not in metrics.render()
 
     metrics.set_action_totals([])
-    r = metrics.registry
-    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "pause"}) == 0
-    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "resume"}) == 0
-    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "cancel"}) == 0
-    assert r.get_sample_value("qlsched_paused_total") == 0
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"profile": "cluster", **labels})
+
+    assert value("qlsched_schedule_actions_total", kind="pause") == 0
+    assert value("qlsched_schedule_actions_total", kind="resume") == 0
+    assert value("qlsched_schedule_actions_total", kind="cancel") == 0
+    assert value("qlsched_paused_total") == 0
 
     metrics.set_action_totals([ActionTotal("pause", 5, 0), ActionTotal("resume", 4, 1234)])
-    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "pause"}) == 5
-    assert r.get_sample_value("qlsched_schedule_actions_total", {"kind": "resume"}) == 4
-    assert r.get_sample_value("qlsched_paused_total") == 1234
+    assert value("qlsched_schedule_actions_total", kind="pause") == 5
+    assert value("qlsched_schedule_actions_total", kind="resume") == 4
+    assert value("qlsched_paused_total") == 1234

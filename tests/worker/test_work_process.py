@@ -18,6 +18,7 @@ import trio
 from qlsched.core.specs import TaskEntry
 from tests.integration.adapter_support import Env, open_env
 from tests.integration.schema_support import run_cli
+from tests.support.exposition import profile_problems
 from tests.support.pg import TestDatabase
 from tests.worker.proc_support import WorkerProcess, kill_if_alive, pid_alive
 from tests.worker.support import admitted, attempts, events, run_row, wait_until
@@ -229,7 +230,8 @@ async def test_sigstopped_worker_past_its_lease_cannot_finish(env: Env, tmp_path
 
 async def test_worker_metrics_count_claims_outcomes_and_retries(env: Env, tmp_path: Path) -> None:
     """Rule: `work --http` serves Prometheus metrics: claims, outcomes by code, job
-    durations and retries, as the jobs happened (a failing job retried once, then failed)."""
+    durations and retries, as the jobs happened (a failing job retried once, then failed);
+    every series is labelled ``profile="cluster"``, as the replicas' are."""
     [run] = await admitted(env, 1, task(f"{PY} -c 'raise SystemExit(3)'", max_attempts=2))
     w = WorkerProcess("w1", env.db.worker_dsn, tmp_path, extra=["--http", "127.0.0.1:0"])
     try:
@@ -239,10 +241,11 @@ async def test_worker_metrics_count_claims_outcomes_and_retries(env: Env, tmp_pa
         text = await trio.to_thread.run_sync(_get, address + "/metrics")
     finally:
         await w.stop()
-    assert "qlsched_worker_claims_total 2.0" in text
-    assert 'qlsched_worker_outcomes_total{code="exit_nonzero"} 2.0' in text
-    assert "qlsched_worker_retries_total 1.0" in text
-    assert "qlsched_worker_job_seconds_count 2.0" in text
+    assert 'qlsched_worker_claims_total{profile="cluster"} 2.0' in text
+    assert 'qlsched_worker_outcomes_total{code="exit_nonzero",profile="cluster"} 2.0' in text
+    assert 'qlsched_worker_retries_total{profile="cluster"} 1.0' in text
+    assert 'qlsched_worker_job_seconds_count{profile="cluster"} 2.0' in text
+    assert profile_problems(text, "cluster") == []
 
 
 def _get(url: str) -> str:

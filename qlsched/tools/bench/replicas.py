@@ -115,8 +115,9 @@ async def stop(replicas: list[Replica], settings: ReplicaSettings) -> list[str]:
 
 
 async def metrics(replica: Replica) -> dict[str, float]:
-    """The replica's ``/metrics`` samples without labels (``name -> value``); labelled
-    samples are summed under their name."""
+    """The replica's ``/metrics`` samples by name (``name -> value``), each summed over its
+    label sets: every qlsched series is labelled (``profile="cluster"`` at least), and one
+    replica serves one profile, so a family without other labels reads as its one value."""
     if replica.http is None:
         return {}
     url = replica.http + "/metrics"
