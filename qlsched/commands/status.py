@@ -23,10 +23,9 @@ from qlsched.commands.retention import pruned_line, setting_line
 from qlsched.commands.tables import (
     console_for,
     iso,
-    overlap_line,
+    print_schedules,
     recent_run_line,
     request_line,
-    schedules_table,
 )
 from qlsched.core.control import ScheduleAction
 from qlsched.core.shown import shown
@@ -88,17 +87,7 @@ def render(report: StatusReport, file: IO[str] | None = None) -> None:
         markup=False,
     )
     if report.schedules:
-        console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
-        if terminal:
-            console.print(
-                "SKIP: occurrences policy skip dropped, found past the grace. "
-                "COAL: occurrences a late Fire passed over (either policy).",
-                style="dim",
-                markup=False,
-            )
-        for s in report.schedules:
-            if s.overlap_skipped_total or s.deadline_cancelled_total:
-                console.print(overlap_line(s), markup=False)
+        print_schedules(console, report.schedules, report.now_ms, terminal=terminal)
         if report.schedules_more:
             console.print(
                 f"showing the first {len(report.schedules):,} triggers; there are more:"

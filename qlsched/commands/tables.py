@@ -152,3 +152,21 @@ def overlap_line(s: ScheduleRow) -> str:
         f" (a Run of it was unfinished), {s.deadline_cancelled_total} Runs cancelled at their"
         " start deadline"
     )
+
+
+def print_schedules(
+    console: Console, rows: Sequence[ScheduleRow], now_ms: int, *, terminal: bool
+) -> None:
+    """The schedules table, its legend on a terminal, and a line for each trigger whose
+    overlap policy or start deadline acted (``status`` and ``edge status`` alike)."""
+    console.print(schedules_table(rows, now_ms, terminal=terminal))
+    if terminal:
+        console.print(
+            "SKIP: occurrences policy skip dropped, found past the grace. "
+            "COAL: occurrences a late Fire passed over (either policy).",
+            style="dim",
+            markup=False,
+        )
+    for s in rows:
+        if s.overlap_skipped_total or s.deadline_cancelled_total:
+            console.print(overlap_line(s), markup=False)

@@ -15,7 +15,7 @@ from typing import Final
 
 import msgspec
 
-from qlsched.core.pause import CatchUp
+from qlsched.core.pause import CatchUp, ResumePlan
 from qlsched.core.specs import ID_PATTERN, ID_RULE, quoted
 from qlsched.core.utf8 import surrogate_in
 
@@ -155,6 +155,30 @@ class Resumed(_ControlOutcome, frozen=True, tag="resumed"):
     """False when the project is archived or the trigger disabled: resumed, but nothing is
     scheduled until a publish makes it active (and nothing was counted)."""
     action_id: int
+
+
+def resumed(
+    ref: TriggerRef,
+    plan: ResumePlan,
+    *,
+    at_ms: int,
+    catch_up: CatchUp,
+    scheduled: bool,
+    action_id: int,
+) -> Resumed:
+    """What a resume committed, from its plan (both profiles answer alike)."""
+    return Resumed(
+        ref.project_id,
+        ref.trigger_id,
+        resumed_at_ms=at_ms,
+        catch_up=catch_up,
+        inside=plan.inside,
+        paused=plan.paused,
+        next_fire_at_ms=plan.next_fire_at_ms,
+        fires_at_ms=plan.catch_up_at_ms,
+        scheduled=scheduled,
+        action_id=action_id,
+    )
 
 
 class NotPaused(_ControlOutcome, frozen=True, tag="not_paused"):

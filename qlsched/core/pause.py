@@ -50,6 +50,13 @@ class ResumePlan(msgspec.Struct, frozen=True):
     """For a row without a cursor: the first occurrence this resume decides (counts or
     fires), where the row's accounting window starts; None: the row keeps its own."""
 
+    @classmethod
+    def unscheduled(cls, cursor_ms: int | None) -> ResumePlan:
+        """An archived project's or a disabled trigger's resume: nothing would have run, so
+        nothing is counted and the cursor stays (the publish that makes it active starts
+        a new revision, and cursor, anyway)."""
+        return cls(next_fire_at_ms=cursor_ms, catch_up_at_ms=None, inside=0, paused=0)
+
 
 def latest_occurrence(schedule: CronSchedule, after_ms: int, until_ms: int) -> int | None:
     """The last occurrence ``t`` with ``after_ms < t <= until_ms``, or None.

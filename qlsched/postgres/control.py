@@ -27,16 +27,16 @@ from qlsched.core.control import (
     NotPaused,
     Paused,
     PauseOutcome,
-    Resumed,
     ResumeOutcome,
     ScheduleAction,
     ScheduleControl,
     ScheduleState,
     TriggerRef,
     UnknownTrigger,
+    resumed,
 )
 from qlsched.core.cron import CronSchedule, parse_cron
-from qlsched.core.pause import CatchUp, plan_resume
+from qlsched.core.pause import CatchUp, ResumePlan, plan_resume
 from qlsched.core.store import ScheduleRow
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
@@ -127,20 +127,18 @@ async def resume(
             return NotPaused(ref.project_id, ref.trigger_id)
         cursor = row["next_fire_at_ms"]
         scheduled = bool(row["schedulable"])
-        if scheduled:
-            plan = plan_resume(
+        plan = (
+            plan_resume(
                 _schedule_of(row),
                 cursor_ms=cursor,
                 since_ms=max(paused_at, row["revised_at_ms"]),
                 now_ms=now,
                 catch_up=catch_up,
             )
-            next_ms, catch_up_ms = plan.next_fire_at_ms, plan.catch_up_at_ms
-            inside, paused, decided_from = plan.inside, plan.paused, plan.decided_from_ms
-        else:
-            # Archived or disabled: nothing would have run, so nothing is counted; the next
-            # publish that makes it active starts a new revision (and cursor) anyway.
-            next_ms, catch_up_ms, inside, paused, decided_from = cursor, None, 0, 0, None
+            if scheduled
+            else ResumePlan.unscheduled(cursor)
+        )
+        next_ms, catch_up_ms, paused = plan.next_fire_at_ms, plan.catch_up_at_ms, plan.paused
         await conn.execute(
             query("control_resume"),
             ref.project_id,
@@ -149,7 +147,7 @@ async def resume(
             catch_up_ms,
             paused,
             now,
-            decided_from,
+            plan.decided_from_ms,
         )
         action_id, _ = await record_action(
             conn,
@@ -162,22 +160,13 @@ async def resume(
             detail={
                 "catch_up": catch_up,
                 "paused_at_ms": paused_at,
-                "inside": inside,
+                "inside": plan.inside,
                 "next_fire_at_ms": next_ms,
                 "fires_at_ms": catch_up_ms,
             },
         )
-    return Resumed(
-        ref.project_id,
-        ref.trigger_id,
-        resumed_at_ms=now,
-        catch_up=catch_up,
-        inside=inside,
-        paused=paused,
-        next_fire_at_ms=next_ms,
-        fires_at_ms=catch_up_ms,
-        scheduled=scheduled,
-        action_id=action_id,
+    return resumed(
+        ref, plan, at_ms=now, catch_up=catch_up, scheduled=scheduled, action_id=action_id
     )
 
 

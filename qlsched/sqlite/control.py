@@ -20,14 +20,14 @@ from qlsched.core.control import (
     NotPaused,
     Paused,
     PauseOutcome,
-    Resumed,
     ResumeOutcome,
     TriggerRef,
     UnknownTrigger,
+    resumed,
 )
 from qlsched.core.cron import parse_cron
 from qlsched.core.jitter import jitter_offset_ms
-from qlsched.core.pause import CatchUp, plan_resume
+from qlsched.core.pause import CatchUp, ResumePlan, plan_resume
 from qlsched.sqlite.database import rollback
 from qlsched.sqlite.queries import query
 
@@ -97,17 +97,18 @@ def resume(
             rollback(conn)
             return NotPaused(ref.project_id, ref.trigger_id)
         scheduled = bool(row[10])
-        next_ms, catch_up_ms, inside, paused = cursor, None, 0, 0
-        if scheduled:
-            plan = plan_resume(
+        plan = (
+            plan_resume(
                 parse_cron(cron, zone, dst_gap=gap, dst_fold=fold),
                 cursor_ms=cursor,
                 since_ms=max(paused_at, revised_at),
                 now_ms=now_ms,
                 catch_up=catch_up,
             )
-            next_ms, catch_up_ms = plan.next_fire_at_ms, plan.catch_up_at_ms
-            inside, paused = plan.inside, plan.paused
+            if scheduled
+            else ResumePlan.unscheduled(cursor)
+        )
+        next_ms, catch_up_ms, paused = plan.next_fire_at_ms, plan.catch_up_at_ms, plan.paused
         due = None
         if next_ms is not None:
             h = jitter_offset_ms(ref.project_id, ref.trigger_id, revision, next_ms, jitter)
@@ -123,15 +124,6 @@ def resume(
     except BaseException:
         rollback(conn)
         raise
-    return Resumed(
-        ref.project_id,
-        ref.trigger_id,
-        resumed_at_ms=now_ms,
-        catch_up=catch_up,
-        inside=inside,
-        paused=paused,
-        next_fire_at_ms=next_ms,
-        fires_at_ms=catch_up_ms,
-        scheduled=scheduled,
-        action_id=action_id,
+    return resumed(
+        ref, plan, at_ms=now_ms, catch_up=catch_up, scheduled=scheduled, action_id=action_id
     )

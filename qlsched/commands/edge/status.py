@@ -23,10 +23,9 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     from qlsched.commands.tables import (
         console_for,
         iso,
-        overlap_line,
+        print_schedules,
         recent_run_line,
         request_line,
-        schedules_table,
     )
 
     console, terminal = console_for(file if file is not None else sys.stdout)
@@ -37,10 +36,7 @@ def render(report: EdgeStatus, file: IO[str] | None = None) -> None:
     )
     console.print(f"due backlog {report.due_backlog}   runs {report.runs_total}", markup=False)
     if report.schedules:
-        console.print(schedules_table(report.schedules, report.now_ms, terminal=terminal))
-        for s in report.schedules:
-            if s.overlap_skipped_total or s.deadline_cancelled_total:
-                console.print(overlap_line(s), markup=False)
+        print_schedules(console, report.schedules, report.now_ms, terminal=terminal)
     else:
         console.print("no triggers published (qlsched edge publish FILE.toml)", markup=False)
     for q in report.requests:

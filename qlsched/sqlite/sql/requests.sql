@@ -94,24 +94,27 @@ UPDATE control_requests
  WHERE request_id = ?1 AND state = 'pending'
 RETURNING state;
 
+-- fragment: status_request_columns
+-- What `edge status` shows of a request (both walks of status_requests).
+r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note, r.actor,
+r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms, r.from_ms, r.to_ms,
+r.total, r.cursor_ms, r.admitted, r.already_admitted, r.failures, r.last_failure,
+r.overlap_skipped
+
 -- name: status_requests
 -- The latest requests for `edge status`: the pending ones first (oldest first), then the
 -- latest ones; ?1 = how many of each. `held`: pending for a paused trigger.
 SELECT * FROM (
-    SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
-           r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
-           r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-           r.failures, r.last_failure, r.overlap_skipped
+    SELECT
+           -- include: status_request_columns
       FROM control_requests AS r
      WHERE r.state = 'pending'
      ORDER BY r.created_at_ms, r.request_id
      LIMIT ?1)
 UNION
 SELECT * FROM (
-    SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
-           r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
-           r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-           r.failures, r.last_failure, r.overlap_skipped
+    SELECT
+           -- include: status_request_columns
       FROM control_requests AS r
      ORDER BY r.created_at_ms DESC
      LIMIT ?1)
