@@ -26,9 +26,16 @@ replays it) picks, again and again, one of:
   the last with a start deadline); it is SIGKILLed (restarted after a moment) or
   SIGSTOPped past its lease, and ``ovl`` gets trigger-now and backfill requests.
 
-After every action the accounting (``tools.accounting``: Runs + skipped + coalesced +
-paused + overlap-skipped - backfilled equals the cron's occurrences over each row's
-window) is checked on the ``gate``, ``ctl`` and ``ovl`` rows, as one statement's snapshot,
+Retention is on at its shortest (60 s): the replicas delete finished Runs past the horizon
+while all of the above goes on. The oracle reads every Run any snapshot has seen (a pruned
+Run was seen before: it lives at least 60 s after it ended), and after every action every
+Run that has gone since the last look must have ended before the horizon (retention never
+deletes an unfinished Run, nor one too young); at the end, none older than the horizon and
+its pass interval is left.
+
+After every action the accounting (``tools.accounting``: Runs + pruned + skipped +
+coalesced + paused + overlap-skipped - backfilled equals the cron's occurrences over each
+row's window) is checked on the ``gate``, ``ctl`` and ``ovl`` rows, as one statement's snapshot,
 and so is the overlap promise (``skip``: never two Runs queued or running; ``buffer_one``:
 never two, and never two held); at the end, with every
 trigger resumed and the replicas given a few seconds, no request is left failing or held
@@ -59,12 +66,14 @@ import trio_asyncio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.pause import CATCH_UPS
+from qlsched.core.retention import RETENTION_MIN_MS
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.embedded import EmbeddedPostgres, open_embedded
 from qlsched.postgres.control import pause, resume
 from qlsched.postgres.pool import Connection, connect_once
 from qlsched.postgres.publish import publish
 from qlsched.postgres.requests import record_backfill, record_trigger_now
+from qlsched.postgres.retention import set_retention
 from qlsched.tools.accounting import account, unbalanced
 from tests.interleave.oracle import (
     History,
@@ -137,6 +146,14 @@ OVL_FILE = PublishFile(
         ),
     ],
 )
+RETENTION_MS = RETENTION_MIN_MS
+RETENTION_SLACK_MS = 30_000
+"""How long past the horizon a finished Run may wait for a replica's pass (the pass interval
+is a few cadences; a server restart or a stopped replica costs some more)."""
+RUN_LIVES_SQL = """
+SELECT r.run_id, r.state, r.finished_at_ms, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
+  FROM qlsched.runs AS r
+"""
 OVERLAP_SQL = """
 SELECT r.trigger_id, t.overlap,
        count(*) FILTER (WHERE r.state IN ('queued', 'running'))::int AS active,
@@ -204,6 +221,12 @@ class Soak:
         self.worker = WorkerProcess(
             "soak-w", db.dsn("qlsched_worker"), workdir, lease_ms=3_000, concurrency=8
         )
+        self.seen_runs: dict[RunRow, None] = {}
+        """Every Run any snapshot held, in order: retention deletes Runs the oracle must
+        still count."""
+        self.lives: dict[str, tuple[str, int | None]] = {}
+        """Each Run's state and end at the last look, by id."""
+        self.pruned_seen = 0
 
     # --- database access that rides out a restart -----------------------------------------
 
@@ -248,8 +271,9 @@ class Soak:
                     runs += await read_runs(conn, project)
             return rows, runs
 
-        result: tuple[list[Row], list[RunRow]] = await self._retry(self.db.superuser_dsn, fn)
-        return result
+        rows, runs = await self._retry(self.db.superuser_dsn, fn)
+        self.seen_runs.update(dict.fromkeys(runs))
+        return rows, list(self.seen_runs)
 
     async def check_now(self, starts: dict[str, Start], step: int) -> None:
         """The oracle on the committed state now: every rule holds in every committed
@@ -414,6 +438,46 @@ class Soak:
 
         for problem in await self._retry(self.db.superuser_dsn, fn):
             self.findings.setdefault(problem, f"after action {step} ({self.last})")
+        for problem in await self.check_retention():
+            self.findings.setdefault(problem, f"after action {step} ({self.last})")
+
+    async def check_retention(self) -> list[str]:
+        """Every Run gone since the last look had ended before the horizon, as that look
+        and the database's clock now say (a Run ends at most once, so its last-seen end is
+        its end)."""
+
+        async def fn(conn: Connection) -> list[Any]:
+            return list(await conn.fetch(RUN_LIVES_SQL))
+
+        rows = await self._retry(self.db.superuser_dsn, fn)
+        now = max((int(r[3]) for r in rows), default=None)
+        current = {str(r[0]): (str(r[1]), r[2]) for r in rows}
+        problems: list[str] = []
+        for run_id, (state, finished) in self.lives.items():
+            if run_id in current:
+                continue
+            self.pruned_seen += 1
+            if finished is None or state not in ("succeeded", "failed", "cancelled"):
+                problems.append(f"retention deleted an unfinished Run {run_id} ({state})")
+            elif now is not None and finished > now - RETENTION_MS:
+                problems.append(f"retention deleted Run {run_id} before its horizon")
+        self.lives = current
+        return problems
+
+    async def retention_left(self) -> list[str]:
+        """Finished Runs past the horizon and its slack that no pass deleted."""
+
+        async def fn(conn: Connection) -> int:
+            return int(
+                await conn.fetchval(
+                    "SELECT count(*) FROM qlsched.runs WHERE finished_at_ms <"
+                    " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - $1",
+                    RETENTION_MS + RETENTION_SLACK_MS,
+                )
+            )
+
+        left = await self._retry(self.db.superuser_dsn, fn)
+        return [f"{left} finished Runs past the horizon left undeleted"] if left else []
 
     async def start_worker(self) -> None:
         """Start the worker (again); a start refused while the server restarts is retried."""
@@ -437,9 +501,15 @@ class Soak:
         await self._retry(self.db.admin_dsn, resume_all)
 
         async def left(conn: Connection) -> list[str]:
+            # A backfill that waited (a paused trigger) while retention deleted Runs of its
+            # window is refused `before_retention`: the rule, when the deleted Runs lie in it.
             rows = await conn.fetch(
-                "SELECT r.kind, r.trigger_id, r.state, r.failures, r.last_failure"
-                " FROM qlsched.control_requests AS r WHERE r.state <> 'done'"
+                "SELECT r.kind, r.trigger_id, r.state, r.refused_reason, r.failures,"
+                " r.last_failure FROM qlsched.control_requests AS r WHERE r.state <> 'done'"
+                " AND NOT (r.refused_reason = 'before_retention' AND EXISTS ("
+                "   SELECT 1 FROM qlsched.retention_pruned AS p"
+                "    WHERE p.project_id = r.project_id AND p.trigger_id = r.trigger_id"
+                "      AND p.through_ms >= r.from_ms))"
             )
             stuck = await conn.fetch(
                 "SELECT project_id, trigger_id, failures, last_failure"
@@ -497,6 +567,9 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
         await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.churn.file()))
         await connect_once(db.admin_dsn, lambda conn: publish(conn, soak.ctl_file()))
         await connect_once(db.admin_dsn, lambda conn: publish(conn, OVL_FILE))
+        await connect_once(
+            db.admin_dsn, lambda conn: set_retention(conn, RETENTION_MS, actor="soak")
+        )
         async with open_su(db.superuser_dsn) as su:
             baseline = await seed_cursors(su, lead_ms=3000)
         await soak.record()
@@ -521,6 +594,8 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
             soak.last = "the end, every ctl trigger resumed"
             for problem in await soak.settle_controls():
                 soak.findings.setdefault(problem, soak.last)
+            for problem in await soak.retention_left():
+                soak.findings.setdefault(problem, soak.last)
         finally:
             with trio.CancelScope(shield=True):
                 for r in soak.replicas:
@@ -536,7 +611,8 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
     report(
         f"soak: {SOAK_SECONDS:g} s, {step} actions {dict(sorted(soak.counts.items()))};"
         f" {len(runs)} Runs ({sum(1 for r in runs if r.trigger_id in CHURN_IDS)} of churn"
-        f" triggers), {len(soak.history)} trigger revisions; control triggers: {counted}"
-        f" occurrences skipped/coalesced; {len(problems)} findings"
+        f" triggers, {soak.pruned_seen} deleted by retention), {len(soak.history)} trigger"
+        f" revisions; control triggers: {counted} occurrences skipped/coalesced;"
+        f" {len(problems)} findings"
     )
     assert not problems, "\n".join(problems[:50])
