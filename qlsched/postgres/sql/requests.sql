@@ -225,11 +225,7 @@ decided AS MATERIALIZED (
       LEFT JOIN unfinished AS u ON true
 ),
 run_rows AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-                              task_revision, execution_revision_id, scheduled_for_ms,
-                              idempotency_key, state, owner, queued_at_ms, cancel_requested,
-                              created_at_ms, admitted_by_owner, admitted_claim_token,
-                              admitted_claim_version, start_by_ms)
+    -- include: admitted_run_columns
     SELECT o.run_id, g.project_id, g.trigger_id, g.trigger_revision, g.task_id, $8, $9,
            o.scheduled_for_ms, o.idempotency_key,
            CASE WHEN o.decision = 'hold' THEN 'held' ELSE 'queued' END, 'runtime', now.ms,
