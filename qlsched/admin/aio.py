@@ -20,20 +20,12 @@ from typing import Any, ParamSpec, TypeVar
 import trio
 
 from qlsched.admin import requests, runs, schedules
+from qlsched.admin._calls import CALLS
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = [
-    "backfill",
-    "cancel",
-    "list_runs",
-    "list_schedules",
-    "pause",
-    "publish",
-    "resume",
-    "trigger_now",
-]
+__all__ = [call.__name__ for call in CALLS]
 
 
 def threaded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:

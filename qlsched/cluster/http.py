@@ -49,11 +49,10 @@ from hypercorn.typing import (
     ASGISendCallable,
     ConnectionState,
     HTTPScope,
-    Scope,
 )
 from hypercorn.utils import wrap_app
 
-from qlsched.asgi import serve_lifespan
+from qlsched.asgi import HttpApp
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.store import ActionTotalsReader, ScheduleReader
@@ -90,7 +89,7 @@ class _Response(msgspec.Struct, frozen=True):
     extra_headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
-class AdmissionApp:
+class AdmissionApp(HttpApp):
     """The ASGI application of one replica.
 
     Ownership: reads the lifecycle's readiness, renders ``metrics``, reads ``reader``; owns
@@ -134,19 +133,14 @@ class AdmissionApp:
         """Answer 503 on ``/readyz`` from now on, whatever the lifecycle does."""
         self._withdrawn = True
 
-    async def __call__(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    async def http(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-        elif scope["type"] == "http":
-            if await self._rate.admit():
-                response = await self._respond(scope)
-            else:
-                response = self._busy()
-            await self._send(scope, send, response)
-        else:  # websocket: refused before the handshake (policy violation)
-            await send({"type": "websocket.close", "code": 1008, "reason": None})
+        if await self._rate.admit():
+            response = await self._respond(scope)
+        else:
+            response = self._busy()
+        await self._send(scope, send, response)
 
     async def _respond(self, scope: HTTPScope) -> _Response:
         path = scope["path"]

@@ -308,7 +308,7 @@ def _assemble(
         requests=Passes(
             [
                 RequestsPass(requests, config, sink, metrics, budget=config.claim_budget),
-                RunsPass(claim_db, config, sink, metrics, budget=config.claim_budget),
+                RunsPass(claim_db, config, sink, metrics),
             ]
         ),
     )

@@ -35,23 +35,17 @@ class RunsPassStats(msgspec.Struct, frozen=True):
 
 
 class RunsPass:
-    """Start deadlines and held Runs, after a round's schedule rows. Ownership: borrows the
-    claim pool (READ COMMITTED, autocommit: each statement commits at once)."""
+    """Start deadlines and held Runs, after a round's schedule rows, up to the config's claim
+    budget per statement, polled at the default interval. Ownership: borrows the claim pool
+    (READ COMMITTED, autocommit: each statement commits at once)."""
 
     def __init__(
-        self,
-        db: Database,
-        config: Config,
-        sink: DiagnosticSink,
-        metrics: Metrics,
-        *,
-        budget: int,
-        poll_s: float | None = None,
+        self, db: Database, config: Config, sink: DiagnosticSink, metrics: Metrics
     ) -> None:
         self._db = db
         self._owner = config.owner
-        self._budget = budget
-        self.poll: Final = PollTimer(config.cadence_ms, config.lease_ms, poll_s)
+        self._budget = config.claim_budget
+        self.poll: Final = PollTimer(config.cadence_ms, config.lease_ms)
         self._sink = sink
         self._metrics = metrics
 

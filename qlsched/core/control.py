@@ -189,9 +189,9 @@ PauseOutcome = Paused | AlreadyPaused
 ResumeOutcome = Resumed | NotPaused
 
 
-class ScheduleState(msgspec.Struct, frozen=True):
-    """One schedule as the admin API lists it: spec, cursor, counters and control state
-    (database times, epoch ms)."""
+class ScheduleHead(msgspec.Struct, frozen=True):
+    """A schedule's key and its trigger's spec: the fields every listing of schedules starts
+    with (``ScheduleState`` here, the dashboard's rows in ``postgres.ui``)."""
 
     project_id: str
     trigger_id: str
@@ -203,6 +203,12 @@ class ScheduleState(msgspec.Struct, frozen=True):
     timezone: str
     misfire_policy: str
     misfire_grace_ms: int
+
+
+class ScheduleState(ScheduleHead, frozen=True):
+    """One schedule as the admin API lists it: spec, cursor, counters and control state
+    (database times, epoch ms)."""
+
     next_fire_at_ms: int | None
     last_scheduled_at_ms: int | None
     paused: bool

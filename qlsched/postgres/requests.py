@@ -29,7 +29,7 @@ import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.cron import parse_cron
-from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.diagnostics import Diagnostic
 from qlsched.core.lease import retry_deadline_s
 from qlsched.core.requests import (
     BACKFILL_MAX_HARD_CAP,
@@ -56,9 +56,10 @@ from qlsched.core.requests import (
 from qlsched.postgres.claim import fence_from_row
 from qlsched.postgres.control import record_action
 from qlsched.postgres.errors import ErrorKind, classify, sqlstate
-from qlsched.postgres.pool import Connection, Database
+from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query
 from qlsched.postgres.retention import backfill_start_limit
+from qlsched.postgres.store import ReplicaPools
 
 # --- recording (admin) ----------------------------------------------------------------------
 
@@ -218,23 +219,11 @@ def _claim_from_row(row: Any) -> RequestClaim:
     )
 
 
-class PostgresRequestStore:
+class PostgresRequestStore(ReplicaPools):
     """The ``RequestStore`` port over a replica's two pools (claims, admits)."""
 
-    def __init__(
-        self,
-        claim_db: Database,
-        admit_db: Database,
-        *,
-        retries: int = 5,
-        sink: DiagnosticSink | None = None,
-    ) -> None:
-        self._claim_db = claim_db
-        self._admit_db = admit_db
-        self._retries = retries
-        self._sink = sink
-        self.statements = 0
-        """Request statements sent (claims and admits, retries included)."""
+    statements: int = 0
+    """Request statements sent (claims and admits, retries included)."""
 
     async def claim(self, owner: str, limit: int, lease_ms: int) -> RequestClaims:
         sql = query("request_claim")

@@ -9,6 +9,7 @@ returns typed outcomes; a lost race, a stale fence or a changed revision is neve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 from qlsched.core.diagnostics import DiagnosticSink
 from qlsched.core.fence import Claim, FireRequest
@@ -28,12 +29,14 @@ from qlsched.postgres.claim import CLAIM_SETTINGS, LeaseDeadlines, claim_rows
 from qlsched.postgres.pool import Database
 from qlsched.postgres.settle import end_claim
 
-__all__ = ["ADMIT_SETTINGS", "CLAIM_SETTINGS", "PostgresStore"]
+__all__ = ["ADMIT_SETTINGS", "CLAIM_SETTINGS", "PostgresStore", "ReplicaPools"]
 
 
-class PostgresStore:
-    """``ScheduleStore`` over two pools (claims, admits). The HTTP reads have their own
-    (``reader.py``)."""
+class ReplicaPools:
+    """What both of a replica's PostgreSQL stores (the schedule rows' here, the requests' in
+    ``requests.py``) are built on, taken the same way: claims and give-backs over
+    ``claim_db``, admits over ``admit_db`` (retried at most ``retries`` times), diagnostics
+    to ``sink``. Ownership: borrows both pools."""
 
     def __init__(
         self,
@@ -45,11 +48,28 @@ class PostgresStore:
     ) -> None:
         self._claim_db = claim_db
         self._admit_db = admit_db
-        self._leases = LeaseDeadlines()
-        self.next_due_in_ms: int | None = None
-        """From the last claim to the next unclaimed row's due time (database ms; None:
-        none waiting): the lifecycle wakes for it when that is sooner than its cadence."""
-        self._admission = Admission(admit_db, claim_db, self._leases, retries=retries, sink=sink)
+        self._retries = retries
+        self._sink = sink
+
+
+class PostgresStore(ReplicaPools):
+    """``ScheduleStore`` over two pools (claims, admits). The HTTP reads have their own
+    (``reader.py``)."""
+
+    next_due_in_ms: int | None = None
+    """From the last claim to the next unclaimed row's due time (database ms; None: none
+    waiting): the lifecycle wakes for it when that is sooner than its cadence."""
+
+    @cached_property
+    def _leases(self) -> LeaseDeadlines:
+        """The claims' lease deadlines, shared by the claims and the admits."""
+        return LeaseDeadlines()
+
+    @cached_property
+    def _admission(self) -> Admission:
+        return Admission(
+            self._admit_db, self._claim_db, self._leases, retries=self._retries, sink=self._sink
+        )
 
     @property
     def admit_statements(self) -> int:

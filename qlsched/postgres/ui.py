@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from qlsched.core.control import ScheduleHead
 from qlsched.postgres import observe
 from qlsched.postgres.health import RefusedTrigger
 from qlsched.postgres.pool import Connection
@@ -83,18 +84,10 @@ class Overview(msgspec.Struct, frozen=True):
         return sum(c.expired for c in self.claims)
 
 
-class ScheduleLine(msgspec.Struct, frozen=True):
-    """One row of the schedules page."""
+class _ScheduleRow(ScheduleHead, frozen=True):
+    """What the dashboard reads of every schedule it shows: spec, cursor, claim, pause,
+    counters and failing admissions."""
 
-    project_id: str
-    trigger_id: str
-    trigger_revision: int
-    active: bool
-    enabled: bool
-    cron: str
-    timezone: str
-    misfire_policy: str
-    misfire_grace_ms: int
     jitter_ms: int
     next_fire_at_ms: int | None
     due_at_ms: int | None
@@ -109,43 +102,26 @@ class ScheduleLine(msgspec.Struct, frozen=True):
     failures: int
     """Admissions of this row that failed in a row (0 once one succeeds)."""
     last_failure: str | None
-    last_state: str | None
-    last_scheduled_for_ms: int | None
 
     @property
     def key(self) -> str:
         return f"{self.project_id}/{self.trigger_id}"
 
 
-class Schedule(msgspec.Struct, frozen=True):
+class ScheduleLine(_ScheduleRow, frozen=True):
+    """One row of the schedules page, with its latest Run."""
+
+    last_state: str | None
+    last_scheduled_for_ms: int | None
+
+
+class Schedule(_ScheduleRow, frozen=True):
     """One schedule with its trigger's spec (the schedule page's head)."""
 
-    project_id: str
-    trigger_id: str
-    trigger_revision: int
-    active: bool
-    enabled: bool
-    cron: str
-    timezone: str
     dst_gap: str
     dst_fold: str
-    misfire_policy: str
-    misfire_grace_ms: int
-    jitter_ms: int
     task_id: str
     task_revision: int
-    next_fire_at_ms: int | None
-    due_at_ms: int | None
-    last_scheduled_at_ms: int | None
-    claim_owner: str | None
-    claim_expires_at_ms: int | None
-    paused_at_ms: int | None
-    pause_note: str | None
-    skipped_total: int
-    coalesced_total: int
-    paused_total: int
-    failures: int
-    last_failure: str | None
     last_failure_at_ms: int | None
     project_state: str
 

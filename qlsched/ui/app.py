@@ -18,9 +18,9 @@ from importlib import resources
 from typing import Final, TypeVar
 
 import trio
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from qlsched.asgi import serve_lifespan
+from qlsched.asgi import HttpApp
 from qlsched.postgres.errors import DatabaseUnavailable
 from qlsched.postgres.pool import Connection, Database
 from qlsched.ui.render import render
@@ -54,7 +54,7 @@ Handler = Callable[["Dashboard", Request, tuple[str, ...]], Awaitable[Response]]
 Route = tuple[str, re.Pattern[str], Handler]
 
 
-class Dashboard:
+class Dashboard(HttpApp):
     """What every handler reaches: the observer pool, the admin DSN, sign-in and CSRF.
 
     Ownership: uses ``db`` (the caller opened it on the observer DSN and closes it); the
@@ -112,16 +112,10 @@ class Dashboard:
             req, "message.html", status=status, title="Refused", message=message, now=None
         )
 
-    async def __call__(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    async def http(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-        elif scope["type"] == "http":
-            response = await self._respond(scope, receive)
-            await _send(scope, send, response)
-        else:
-            await send({"type": "websocket.close", "code": 1008, "reason": None})
+        await _send(scope, send, await self._respond(scope, receive))
 
     async def _respond(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         path, method = scope["path"], scope["method"]

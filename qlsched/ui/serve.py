@@ -11,13 +11,11 @@ from __future__ import annotations
 import getpass
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Final
 
-import hypercorn.config
-import hypercorn.trio
 import trio
 
+from qlsched.asgi import serve_hypercorn
 from qlsched.postgres.login import ADMIN, OBSERVER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once, open_database
 from qlsched.ui.app import Dashboard
@@ -92,16 +90,8 @@ async def serve(
 ) -> None:
     """Serve ``app`` until cancelled; ``task_status.started((host, port))`` once bound
     (``port=0`` picks a free port)."""
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            partial(
-                hypercorn.trio.serve, app, config, shutdown_trigger=trio.sleep_forever, mode="asgi"
-            )
-        )
-        address = binds[0].partition("://")[2]
+        bound: str = await nursery.start(serve_hypercorn, app, host, port)
+        address = bound.partition("://")[2]
         bound_host, _, bound_port = address.rpartition(":")
         task_status.started((bound_host.strip("[]"), int(bound_port)))

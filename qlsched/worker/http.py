@@ -4,14 +4,10 @@ worker. Nothing else: a worker admits nothing, so it has no readiness to withdra
 
 from __future__ import annotations
 
-from functools import partial
-
-import hypercorn.config
-import hypercorn.trio
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
-from qlsched.asgi import serve_lifespan
+from qlsched.asgi import serve_hypercorn, serve_lifespan
 from qlsched.worker.metrics import WorkerMetrics
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -54,18 +50,4 @@ async def serve_worker_http(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; reports the bound address (``port=0`` works)."""
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            partial(
-                hypercorn.trio.serve,
-                WorkerApp(metrics),
-                config,
-                shutdown_trigger=trio.sleep_forever,
-                mode="asgi",
-            )
-        )
-        task_status.started(binds[0])
+    await serve_hypercorn(WorkerApp(metrics), host, port, task_status=task_status)

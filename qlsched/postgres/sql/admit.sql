@@ -168,11 +168,7 @@ admitted AS MATERIALIZED (
       JOIN advanced AS a ON a.ord = c.ord
 ),
 run_rows AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-                              task_revision, execution_revision_id, scheduled_for_ms,
-                              idempotency_key, state, owner, queued_at_ms, cancel_requested,
-                              created_at_ms, admitted_by_owner, admitted_claim_token,
-                              admitted_claim_version, start_by_ms)
+    -- include: admitted_run_columns
     SELECT a.run_id, a.project_id, a.trigger_id, a.trigger_revision, a.task_id,
            a.task_revision, a.execution_revision_id, a.scheduled_for_ms, a.idempotency_key,
            CASE WHEN a.decision = 'hold' THEN 'held' ELSE 'queued' END, 'runtime', a.at_ms,
@@ -244,3 +240,12 @@ UPDATE qlsched.trigger_schedules AS s
 -- name: run_by_key
 -- After a CommitUnknown, on a fresh connection: did the occurrence commit? Diagnostic only.
 SELECT r.run_id FROM qlsched.runs AS r WHERE r.idempotency_key = $1;
+
+-- fragment: admitted_run_columns
+-- A new Run's columns as an admit inserts it: the cron admit above and a request's
+-- (request_admit) alike, each selecting its values in this order.
+INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
+                          task_revision, execution_revision_id, scheduled_for_ms,
+                          idempotency_key, state, owner, queued_at_ms, cancel_requested,
+                          created_at_ms, admitted_by_owner, admitted_claim_token,
+                          admitted_claim_version, start_by_ms)

@@ -36,12 +36,7 @@ SELECT pg_catalog.count(*)::bigint
 -- most. The page is cut from the primary key first, then each row finds its trigger by key
 -- (LIMIT 1 keeps that lookup per row: a generic plan, not knowing $3, would hash the whole
 -- triggers table), so a page deep in the table costs what the first one does.
-SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
-       s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
-       s.skipped_total, s.coalesced_total, s.overlap_skipped_total,
-       s.deadline_cancelled_total,
-       (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
-       t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
+-- include: schedule_view_columns
   FROM (SELECT *
           FROM qlsched.trigger_schedules AS p
          WHERE (p.project_id, p.trigger_id) > ($1::text, $2::text)

@@ -225,11 +225,7 @@ decided AS MATERIALIZED (
       LEFT JOIN unfinished AS u ON true
 ),
 run_rows AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-                              task_revision, execution_revision_id, scheduled_for_ms,
-                              idempotency_key, state, owner, queued_at_ms, cancel_requested,
-                              created_at_ms, admitted_by_owner, admitted_claim_token,
-                              admitted_claim_version, start_by_ms)
+    -- include: admitted_run_columns
     SELECT o.run_id, g.project_id, g.trigger_id, g.trigger_revision, g.task_id, $8, $9,
            o.scheduled_for_ms, o.idempotency_key,
            CASE WHEN o.decision = 'hold' THEN 'held' ELSE 'queued' END, 'runtime', now.ms,
@@ -335,31 +331,30 @@ UPDATE qlsched.control_requests AS r
    AND r.claim_owner = $2 AND r.claim_token = $3 AND r.claim_version = $4
 RETURNING r.state;
 
+-- fragment: status_request_columns
+-- A request from requests `r` as `status` shows it (core.requests.RequestView), with `held`:
+-- pending for a paused trigger (it runs after resume).
+r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
+r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
+r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
+r.claim_owner, r.failures, r.last_failure, r.overlap_skipped,
+r.state = 'pending' AND EXISTS (
+    SELECT 1 FROM qlsched.trigger_schedules AS s
+     WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
+       AND s.paused_at_ms IS NOT NULL) AS held
+
 -- name: status_requests
 -- The latest requests for `status` (pending ones first, then by time); $1 = how many.
--- `held`: pending for a paused trigger (it runs after resume).
 -- Two index walks: the pending partial index, and the recent ones backwards.
-(SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
-        r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
-        r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner, r.failures, r.last_failure, r.overlap_skipped,
-        r.state = 'pending' AND EXISTS (
-            SELECT 1 FROM qlsched.trigger_schedules AS s
-             WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
-               AND s.paused_at_ms IS NOT NULL) AS held
+(SELECT
+        -- include: status_request_columns
    FROM qlsched.control_requests AS r
   WHERE r.state = 'pending'
   ORDER BY r.created_at_ms, r.request_id
   LIMIT $1)
 UNION
-(SELECT r.request_id, r.project_id, r.trigger_id, r.trigger_revision, r.kind, r.note,
-        r.actor, r.requested_by, r.created_at_ms, r.state, r.refused_reason, r.done_at_ms,
-        r.from_ms, r.to_ms, r.total, r.cursor_ms, r.admitted, r.already_admitted,
-        r.claim_owner, r.failures, r.last_failure, r.overlap_skipped,
-        r.state = 'pending' AND EXISTS (
-            SELECT 1 FROM qlsched.trigger_schedules AS s
-             WHERE s.project_id = r.project_id AND s.trigger_id = r.trigger_id
-               AND s.paused_at_ms IS NOT NULL) AS held
+(SELECT
+        -- include: status_request_columns
    FROM qlsched.control_requests AS r
   ORDER BY r.created_at_ms DESC
   LIMIT $1)

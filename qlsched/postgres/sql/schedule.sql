@@ -178,14 +178,20 @@ SELECT pg_catalog.count(*)::bigint
    AND COALESCE(s.due_at_ms, -1)
        <= (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
 
--- name: list_schedules
--- Schedule rows with their trigger spec for status and /v1/schedules; $1 = row limit.
+-- fragment: schedule_view_columns
+-- A schedule row `s` with its trigger `t` as status and /v1/schedules show it
+-- (core.store.ScheduleView), read at the database's clock: both its lists, the
+-- first page and the pages after a key, select these.
 SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.cron, t.timezone,
        s.next_fire_at_ms, s.last_scheduled_at_ms, s.claim_owner, s.claim_expires_at_ms,
        s.skipped_total, s.coalesced_total, s.overlap_skipped_total,
        s.deadline_cancelled_total,
        (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms,
        t.dst_gap, t.dst_fold, s.jitter_ms, s.due_at_ms
+
+-- name: list_schedules
+-- Schedule rows with their trigger spec for status and /v1/schedules; $1 = row limit.
+-- include: schedule_view_columns
   FROM qlsched.trigger_schedules AS s
   JOIN qlsched.triggers AS t ON t.project_id = s.project_id AND t.trigger_id = s.trigger_id
  ORDER BY s.project_id, s.trigger_id

@@ -138,11 +138,10 @@ SELECT s.project_id, s.trigger_id, s.trigger_revision, s.active, t.enabled, t.cr
   JOIN qlsched.projects AS p ON p.project_id = s.project_id
  WHERE s.project_id = $1 AND s.trigger_id = $2;
 
--- name: ui_trigger_runs
--- A trigger's Runs, latest occurrence first, scheduled before $3, $4 at most, each with
--- its latest event (when it last changed state). Ordered by runs_trigger_idx alone, so no
--- plan sorts a trigger's history: the caller completes the last occurrence's ties with
--- ui_trigger_runs_at and pages on scheduled_for_ms.
+-- fragment: ui_run_line
+-- A row of a list of Runs (postgres/ui.py's RunLine) from Runs `r`, each with its latest
+-- event (when it last changed state); the trigger's history and the Runs page both list
+-- these, so one column list serves every list of Runs.
 SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
        r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
        r.started_at_ms, r.finished_at_ms,
@@ -150,6 +149,13 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
   FROM qlsched.runs AS r
   LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
                       WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
+
+-- name: ui_trigger_runs
+-- A trigger's Runs, latest occurrence first, scheduled before $3, $4 at most, each with
+-- its latest event (when it last changed state). Ordered by runs_trigger_idx alone, so no
+-- plan sorts a trigger's history: the caller completes the last occurrence's ties with
+-- ui_trigger_runs_at and pages on scheduled_for_ms.
+-- include: ui_run_line
  WHERE r.project_id = $1 AND r.trigger_id = $2 AND r.scheduled_for_ms < $3::bigint
  ORDER BY r.scheduled_for_ms DESC
  LIMIT $4;
@@ -157,26 +163,14 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- name: ui_trigger_runs_at
 -- A trigger's Runs scheduled for exactly $3 (ties of one occurrence: re-published
 -- revisions, a trigger-now in the same millisecond), at most $4, in no order.
-SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
-       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
-       r.started_at_ms, r.finished_at_ms,
-       e.at_ms AS last_event_at_ms
-  FROM qlsched.runs AS r
-  LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
-                      WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
+-- include: ui_run_line
  WHERE r.project_id = $1 AND r.trigger_id = $2 AND r.scheduled_for_ms = $3::bigint
  LIMIT $4;
 
 -- name: ui_runs
 -- Runs newest first, created before ($1 created_at, $2 run id) and at or after $3, in
 -- state $4 ('' = any), $5 at most (runs_created_idx read backwards).
-SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
-       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
-       r.started_at_ms, r.finished_at_ms,
-       e.at_ms AS last_event_at_ms
-  FROM qlsched.runs AS r
-  LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
-                      WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
+-- include: ui_run_line
  WHERE (r.created_at_ms, r.run_id) < ($1::bigint, $2::uuid)
    AND r.created_at_ms >= $3::bigint
    AND ($4::text = '' OR r.state = $4::text)
@@ -187,13 +181,7 @@ SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for
 -- ui_runs for one state ($4), walking runs_state_created_idx from the key: a rare state is
 -- as fast as a common one. Both bounds are written on the index's columns, so that even a
 -- generic plan (which cannot know how common $4 is) walks this index, not runs_created_idx.
-SELECT r.run_id, r.project_id, r.trigger_id, r.trigger_revision, r.scheduled_for_ms,
-       r.idempotency_key, r.state, r.queued_at_ms, r.created_at_ms, r.admitted_by_owner,
-       r.started_at_ms, r.finished_at_ms,
-       e.at_ms AS last_event_at_ms
-  FROM qlsched.runs AS r
-  LEFT JOIN LATERAL (SELECT v.at_ms FROM qlsched.run_events AS v
-                      WHERE v.run_id = r.run_id ORDER BY v.seq DESC LIMIT 1) AS e ON true
+-- include: ui_run_line
  WHERE r.state = $4::text
    AND (r.state, r.created_at_ms, r.run_id) < ($4::text, $1::bigint, $2::uuid)
    AND (r.state, r.created_at_ms) >= ($4::text, $3::bigint)

@@ -17,9 +17,9 @@ from qlsched.core.config import Config
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.replicas import ReplicaSettings
-from qlsched.tools.bench.results import Lag, OnTimeResult
+from qlsched.tools.bench.results import OnTimeResult
 from qlsched.tools.bench.session import BenchSession
-from qlsched.tools.bench_data import PROJECT, RunsWindow
+from qlsched.tools.bench_data import PROJECT
 from qlsched.tools.fleet import check_alive
 
 ON_TIME_TRIGGERS = 1_000
@@ -79,31 +79,19 @@ async def on_time(session: BenchSession, *, triggers: int = ON_TIME_TRIGGERS) ->
                 check_alive(replicas)
                 await trio.sleep(0.2)
         problems = await session.stop_replicas(replicas)
-
-        async def window(conn: Connection) -> RunsWindow:
-            return await bench_data.runs_window(conn, start, end - 1)
-
-        w = await session.call(window)
         first = {(PROJECT, bench_data.trigger_id(i)): start for i in range(1, n + 1)}
-        duplicates, lost, malformed = await session.verify(first)
-        lost = max(lost, expected - (w.runs - duplicates))
+        counts, lag = await session.audit_window((start, end), first, triggers=n, expected=expected)
     finally:
         session.options = base
     session.note(
-        f"on_time: {w.runs:,} of {expected:,}; lag from due p50 {w.lag_p50_ms} ms, p99"
-        f" {w.lag_p99_ms} ms; duplicates {duplicates}, lost {lost}"
+        f"on_time: {counts.occurrences:,} of {expected:,}; lag from due p50 {lag.p50} ms, p99"
+        f" {lag.p99} ms; duplicates {counts.duplicates}, lost {counts.lost}"
     )
     return OnTimeResult(
-        triggers=n,
+        **msgspec.structs.asdict(counts),
         replicas=ON_TIME_REPLICAS,
-        seconds=seconds,
         cadence_ms=DEFAULT_REPLICA.cadence_ms,
         claim_budget=DEFAULT_REPLICA.claim_budget,
-        expected_occurrences=expected,
-        occurrences=w.runs,
-        duplicates=duplicates,
-        lost=lost,
-        malformed=malformed,
-        lag_ms=Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms),
+        lag_ms=lag,
         stop_problems=problems,
     )

@@ -16,6 +16,7 @@ import msgspec
 from qlsched.tools.bench.machine import CpuUse, Load, Machine
 from qlsched.tools.bench.retention_results import RetentionCost
 from qlsched.tools.bench.scale_results import ObserveResult, Progress, ScaleResult
+from qlsched.tools.bench.window_results import WindowCounts
 from qlsched.tools.bench.worker_results import WorkerThroughput
 
 
@@ -59,18 +60,9 @@ class DrainResult(msgspec.Struct, frozen=True, kw_only=True):
     """Runs admitted at each poll, from when the rows fell due (for ``--plot``)."""
 
 
-class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
+class SteadyResult(WindowCounts, frozen=True, kw_only=True):
     """N triggers, one occurrence each per minute, spread over the minute's 60 seconds."""
 
-    triggers: int
-    seconds: int
-    expected_occurrences: int
-    """Occurrences due in the measured window."""
-    occurrences: int
-    """Runs admitted for them."""
-    duplicates: int
-    lost: int
-    malformed: int
     lag_ms: Lag
     cadence_ms: int
     ssi_retries: int
@@ -85,19 +77,12 @@ class SteadyResult(msgspec.Struct, frozen=True, kw_only=True):
     http_errors: int = 0
 
 
-class OnTimeResult(msgspec.Struct, frozen=True, kw_only=True):
+class OnTimeResult(WindowCounts, frozen=True, kw_only=True):
     """Every-second triggers on two replicas at ``qlsched run``'s default settings."""
 
-    triggers: int
     replicas: int
-    seconds: int
     cadence_ms: int
     claim_budget: int
-    expected_occurrences: int
-    occurrences: int
-    duplicates: int
-    lost: int
-    malformed: int
     lag_ms: Lag
     """Admitted minus due (database time), over the window's occurrences."""
     stop_problems: list[str]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
+from qlsched.tools.bench.window_results import WindowCounts
+
 
 class EndpointTiming(msgspec.Struct, frozen=True, kw_only=True):
     """One read timed from this process, milliseconds."""
@@ -96,16 +98,9 @@ class LagHistogram(msgspec.Struct, frozen=True):
     counts: list[int]
 
 
-class BigSteady(msgspec.Struct, frozen=True, kw_only=True):
+class BigSteady(WindowCounts, frozen=True, kw_only=True):
     """100,000 triggers, each once a minute, spread over the minute."""
 
-    triggers: int
-    seconds: int
-    expected_occurrences: int
-    occurrences: int
-    duplicates: int
-    lost: int
-    malformed: int
     lag_p50_ms: int | None
     lag_p95_ms: int | None
     lag_p99_ms: int | None

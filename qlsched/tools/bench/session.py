@@ -31,6 +31,8 @@ from qlsched.tools.bench.replicas import (
     stop,
     wait_started,
 )
+from qlsched.tools.bench.results import Lag
+from qlsched.tools.bench.window_results import WindowCounts
 
 T = TypeVar("T")
 
@@ -208,6 +210,35 @@ class BenchSession:
             retries += int(samples.get(ADMIT_RETRIES_METRIC, 0))
             statements += int(samples.get(ADMIT_STATEMENTS_METRIC, 0))
         return retries, statements
+
+    async def audit_window(
+        self,
+        window_ms: tuple[int, int],
+        first_cursors: Mapping[tuple[str, str], int],
+        *,
+        triggers: int,
+        expected: int,
+    ) -> tuple[WindowCounts, Lag]:
+        """What the Runs of the occurrences in ``[start, end)`` came to, audited exactly once
+        from each trigger's first cursor (``verify``), and their lag: an expected occurrence
+        with no Run in the window is lost, whatever the audit counted."""
+        start, end = window_ms
+
+        async def window(conn: Connection) -> bench_data.RunsWindow:
+            return await bench_data.runs_window(conn, start, end - 1)
+
+        w = await self.call(window)
+        duplicates, lost, malformed = await self.verify(first_cursors)
+        counts = WindowCounts(
+            triggers=triggers,
+            seconds=(end - start) // 1000,
+            expected_occurrences=expected,
+            occurrences=w.runs,
+            duplicates=duplicates,
+            lost=max(lost, expected - (w.runs - duplicates)),
+            malformed=malformed,
+        )
+        return counts, Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms)
 
     async def verify(self, first_cursors: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
         """(duplicates, lost, malformed) by ``audit_exactly_once`` over the whole database

@@ -19,9 +19,9 @@ from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.flood import FloodCount, flood
-from qlsched.tools.bench.results import Lag, SteadyResult, ratio
+from qlsched.tools.bench.results import SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
-from qlsched.tools.bench_data import PROJECT, RunsWindow
+from qlsched.tools.bench_data import PROJECT
 from qlsched.tools.fleet import check_alive
 
 OFFSETS = 60
@@ -111,34 +111,22 @@ async def steady(
     after = await session.admit_counts(replicas)
     retries, statements = after[0] - before[0], after[1] - before[1]
     problems = await session.stop_replicas(replicas)
-
-    async def window(conn: Connection) -> RunsWindow:
-        return await bench_data.runs_window(conn, start, end - 1)
-
-    w = await session.call(window)
     first = {
         (PROJECT, bench_data.trigger_id(i)): cursors[(i - 1) % OFFSETS] for i in range(1, n + 1)
     }
-    duplicates, lost, malformed = await session.verify(first)
     expected = expected_occurrences(n, start, end)
-    lost = max(lost, expected - (w.runs - duplicates))
+    counts, lag = await session.audit_window((start, end), first, triggers=n, expected=expected)
     diagnostics: dict[str, int] = {}
     for r in replicas:
         for code, k in r.diagnostic_codes().items():
             diagnostics[code] = diagnostics.get(code, 0) + k
     session.note(
-        f"steady: {w.runs:,} of {expected:,} occurrences; lag p50 {w.lag_p50_ms} ms, "
-        f"p99 {w.lag_p99_ms} ms; duplicates {duplicates}, lost {lost}"
+        f"steady: {counts.occurrences:,} of {expected:,} occurrences; lag p50 {lag.p50} ms, "
+        f"p99 {lag.p99} ms; duplicates {counts.duplicates}, lost {counts.lost}"
     )
     return SteadyResult(
-        triggers=n,
-        seconds=o.seconds,
-        expected_occurrences=expected,
-        occurrences=w.runs,
-        duplicates=duplicates,
-        lost=lost,
-        malformed=malformed,
-        lag_ms=Lag(w.lag_p50_ms, w.lag_p95_ms, w.lag_p99_ms, w.lag_max_ms),
+        **msgspec.structs.asdict(counts),
+        lag_ms=lag,
         cadence_ms=o.replica.cadence_ms,
         ssi_retries=retries,
         admit_statements=statements,
