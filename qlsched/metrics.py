@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 from qlsched.core.control import ACTION_KINDS, ActionTotal
 from qlsched.core.outcomes import OUTCOME_CODES, FencePart
 from qlsched.core.store import DUE_BACKLOG_LIMIT, FailingCounts
+from qlsched.engine.request_outcomes import OCCURRENCE_RESULTS, REQUEST_CODES
 from qlsched.engine.stats import RoundStats
 from qlsched.summary import PROMETHEUS_SAMPLES
 
@@ -266,6 +267,21 @@ class Metrics:
         self.released: Final = counter(
             "qlsched_runs_released", "Held Runs (overlap buffer_one) released by this process."
         )
+        self.request_outcomes: Final = counter(
+            "qlsched_request_outcomes",
+            "Trigger-now and backfill request admits by outcome.",
+            "code",
+        )
+        self.request_occurrences: Final = counter(
+            "qlsched_request_occurrences",
+            "Occurrences of requests: admitted, already admitted (refused by the key), or"
+            " skipped by the trigger's overlap policy.",
+            "result",
+        )
+        for code in REQUEST_CODES:
+            self.request_outcomes.labels(code)
+        for result in OCCURRENCE_RESULTS:
+            self.request_occurrences.labels(result)
         duration, lag, lag_from_scheduled = _histograms(r)
         self.round_duration: Final = duration
         self.schedule_lag: Final = lag
@@ -312,6 +328,12 @@ class Metrics:
 
     def count_round_failure(self) -> None:
         self.round_failures.inc()
+
+    def count_request(self, code: str, occurrences: dict[str, int]) -> None:
+        """One request admit's outcome, and its occurrences by result."""
+        self.request_outcomes.labels(code).inc()
+        for result, n in occurrences.items():
+            self.request_occurrences.labels(result).inc(n)
 
     def count_runs_pass(self, deadline_cancelled: int, released: int) -> None:
         """A runs pass's work (start deadlines, held Runs released)."""

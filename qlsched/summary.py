@@ -72,6 +72,9 @@ class SummaryCounts:
     def count_round_failure(self) -> None:
         self._counts["failed"] += 1
 
+    def count_request(self, code: str, occurrences: dict[str, int]) -> None:
+        """Shown by ``edge status`` from the file; the summary line has no column for it."""
+
     def count_runs_pass(self, deadline_cancelled: int, released: int) -> None:
         """Shown by ``edge status`` from the file; the summary line has no column for it."""
 

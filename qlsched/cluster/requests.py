@@ -20,42 +20,26 @@ the trigger's own cron (``core.requests.backfill_chunk``) and counts outcomes.
 
 from __future__ import annotations
 
-from typing import Final, assert_never
+from typing import Final
 
 import msgspec
 import trio
-from prometheus_client import Counter
 
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
-from qlsched.core.diagnostics import Diagnostic, DiagnosticSink, from_exception
+from qlsched.core.diagnostics import DiagnosticSink, from_exception
 from qlsched.core.lease import PollTimer
 from qlsched.core.request_chunks import RequestCrons, request_chunk
 from qlsched.core.requests import (
     RequestAdmitted,
     RequestChunk,
     RequestClaim,
-    RequestCommitUnknown,
-    RequestFailed,
-    RequestFenceLost,
-    RequestHeld,
     RequestOutcome,
-    RequestRefused,
     RequestStore,
-    RequestWaiting,
 )
+from qlsched.engine.request_outcomes import report_request
 
 REQUEST_TASK_FAILED: Final = "request_task_failed"
-
-REQUEST_CODES: Final = (
-    "request_admitted",
-    "request_waiting",
-    "request_held",
-    "request_refused",
-    "request_fence_lost",
-    "request_commit_unknown",
-    "request_failed",
-)
 
 
 class RequestStats(msgspec.Struct, frozen=True):
@@ -94,24 +78,7 @@ class RequestsPass:
         requests recorded while no replica ran)."""
         self._cron = RequestCrons(sink, config.owner)
         self._sink = sink
-        registry = metrics.registry
-        self.outcomes: Final = Counter(
-            "qlsched_request_outcomes",
-            "Trigger-now and backfill request admits by outcome.",
-            ["code"],
-            registry=registry,
-        )
-        self.occurrences: Final = Counter(
-            "qlsched_request_occurrences",
-            "Occurrences of requests: admitted, already admitted (refused by the key), or"
-            " skipped by the trigger's overlap policy.",
-            ["result"],
-            registry=registry,
-        )
-        for code in REQUEST_CODES:
-            self.outcomes.labels(code)
-        for result in ("admitted", "already_admitted", "overlap_skipped"):
-            self.occurrences.labels(result)
+        self._metrics = metrics
 
     async def run(self, stop: trio.Event | None = None) -> RequestStats:
         """One pass: nothing at all unless a request may be pending or the poll is due."""
@@ -158,33 +125,4 @@ class RequestsPass:
         return request_chunk(claim, self._budget, self._cron)
 
     def _count(self, outcome: RequestOutcome) -> None:
-        code = outcome.__struct_config__.tag
-        assert isinstance(code, str)
-        self.outcomes.labels(code).inc()
-        match outcome:
-            case RequestAdmitted(
-                admitted=admitted, already_admitted=already, overlap_skipped=skipped
-            ):
-                self.occurrences.labels("admitted").inc(admitted)
-                self.occurrences.labels("already_admitted").inc(already)
-                self.occurrences.labels("overlap_skipped").inc(skipped)
-            case RequestRefused(reason=reason):
-                self._sink.emit(
-                    Diagnostic(
-                        code="request_refused",
-                        replica=self._owner,
-                        project_id=outcome.project_id,
-                        trigger_id=outcome.trigger_id,
-                        part=reason,
-                    )
-                )
-            case (
-                RequestWaiting()
-                | RequestHeld()
-                | RequestFenceLost()
-                | RequestCommitUnknown()
-                | RequestFailed()
-            ):
-                pass
-            case _:
-                assert_never(outcome)
+        report_request(outcome, owner=self._owner, sink=self._sink, metrics=self._metrics)

@@ -21,7 +21,7 @@ from typing import Final, Literal, Protocol
 import msgspec
 
 from qlsched.core.control import ControlError
-from qlsched.core.cron import CronSchedule, DstFold, DstGap, next_after
+from qlsched.core.cron import CronSchedule, DstFold, DstGap, next_after, parse_cron
 from qlsched.core.cron_count import count_between
 from qlsched.core.fence import ClaimFence
 
@@ -259,6 +259,68 @@ class NotRecorded(msgspec.Struct, frozen=True):
 
 
 RecordResult = Recorded | NotRecorded
+
+
+class RequestAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """What an operator asks for, as both profiles record it: a trigger-now (no ``span``)
+    or a backfill of ``span`` (epoch ms, inclusive) counted against ``max_occurrences``;
+    ``note`` and ``actor`` go on the request and its audit row, ``overlap="allow"`` admits
+    it whatever the trigger's overlap policy says. Checked by the caller before."""
+
+    kind: RequestKind
+    note: str | None = None
+    actor: str | None = None
+    span: tuple[int, int] | None = None
+    max_occurrences: int | None = None
+    overlap: RequestOverlap | None = None
+
+
+class RequestTarget(msgspec.Struct, frozen=True):
+    """What a new request is checked against, as the store read it inside the recording
+    transaction: the trigger's revision, state and spec, and its project's state."""
+
+    revision: int
+    enabled: bool
+    project_state: str
+    cron: str
+    timezone: str
+    dst_gap: DstGap
+    dst_fold: DstFold
+
+
+def record_check(
+    project_id: str,
+    trigger_id: str,
+    target: RequestTarget | None,
+    now_ms: int,
+    span: tuple[int, int] | None = None,
+    max_occurrences: int | None = None,
+    *,
+    earliest_ms: int | None = None,
+) -> NotRecorded | tuple[int | None, int | None]:
+    """Why a request is refused before anything is written (both profiles), or a
+    backfill's exact (total, first occurrence); (None, None) for a trigger-now.
+    ``earliest_ms``: the earliest start retention allows (the cluster's; None: any)."""
+    if target is None:
+        return NotRecorded(project_id, trigger_id, "trigger_missing")
+    if target.project_state != "active":
+        return NotRecorded(project_id, trigger_id, "project_archived")
+    if not target.enabled:
+        return NotRecorded(project_id, trigger_id, "trigger_disabled")
+    if span is None:
+        return None, None
+    assert max_occurrences is not None
+    if span[1] > now_ms:
+        return NotRecorded(project_id, trigger_id, "future")
+    if earliest_ms is not None and span[0] < earliest_ms:
+        return NotRecorded(project_id, trigger_id, "before_retention", horizon_ms=earliest_ms)
+    cron = parse_cron(
+        target.cron, target.timezone, dst_gap=target.dst_gap, dst_fold=target.dst_fold
+    )
+    total = backfill_count(cron, *span)
+    if total > max_occurrences:
+        return NotRecorded(project_id, trigger_id, "too_many", count=total, max=max_occurrences)
+    return total, first_occurrence(cron, span[0])
 
 
 class RequestView(msgspec.Struct, frozen=True):

@@ -225,6 +225,13 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj, order="sorted")
 
 
+def task_execution(task: TaskEntry) -> tuple[str, str]:
+    """The task's pinned execution payload and its digest, as both publishers store them
+    (the digest is what a changed task is recognised by)."""
+    payload = execution_payload(task.project, task)
+    return payload, sha256_hex(payload)
+
+
 def execution_payload(project_id: str, task: TaskEntry) -> str:
     """The pinned execution revision's payload: canonical JSON text (hashed at every admit).
     The worker's fields join it only when not their defaults, so the digests of tasks

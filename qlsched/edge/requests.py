@@ -16,23 +16,15 @@ trigger-now within one cadence.
 
 from __future__ import annotations
 
-from typing import Final, assert_never
+from typing import Final
 
 import msgspec
 import trio
 
-from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
+from qlsched.core.diagnostics import DiagnosticSink
 from qlsched.core.request_chunks import RequestCrons, request_chunk
-from qlsched.core.requests import (
-    RequestAdmitted,
-    RequestCommitUnknown,
-    RequestFailed,
-    RequestFenceLost,
-    RequestHeld,
-    RequestOutcome,
-    RequestRefused,
-    RequestWaiting,
-)
+from qlsched.core.requests import RequestAdmitted
+from qlsched.engine.request_outcomes import RequestMetrics, report_request
 from qlsched.sqlite.requests import SqliteRequestStore
 
 NOMINAL_LEASE_MS: Final = 30_000
@@ -52,9 +44,16 @@ class EdgeRequests:
     engine awaits ``run`` inside its round. Borrows the store."""
 
     def __init__(
-        self, store: SqliteRequestStore, *, owner: str, budget: int, sink: DiagnosticSink
+        self,
+        store: SqliteRequestStore,
+        *,
+        owner: str,
+        budget: int,
+        sink: DiagnosticSink,
+        metrics: RequestMetrics,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._owner = owner
         self._budget = budget  # EdgeSettings' claim_budget: validated there, trusted here
         self._sink = sink
@@ -75,43 +74,8 @@ class EdgeRequests:
                 continue
             outcome = await self._store.admit(chunk)
             left -= max(1, len(chunk.occurrences))
-            self._report(outcome)
+            report_request(outcome, owner=self._owner, sink=self._sink, metrics=self._metrics)
             if isinstance(outcome, RequestAdmitted):
                 admitted += outcome.admitted
                 already += outcome.already_admitted
         return EdgeRequestStats(len(batch.claims), admitted, already)
-
-    def _report(self, outcome: RequestOutcome) -> None:
-        """A diagnostic for what an operator must see: a refusal, a failed admit."""
-        match outcome:
-            case RequestRefused(reason=reason):
-                self._emit("request_refused", outcome, part=reason)
-            case RequestFailed(sqlstate=code, exception=exception):
-                self._emit("request_failed", outcome, sqlstate=code, exception=exception)
-            case RequestAdmitted() | RequestWaiting() | RequestHeld() | RequestFenceLost():
-                pass
-            case RequestCommitUnknown():
-                pass  # a file's commit is never unknown; the union is the cluster's too
-            case _:
-                assert_never(outcome)
-
-    def _emit(
-        self,
-        code: str,
-        outcome: RequestOutcome,
-        *,
-        part: str | None = None,
-        sqlstate: str | None = None,
-        exception: str | None = None,
-    ) -> None:
-        self._sink.emit(
-            Diagnostic(
-                code=code,
-                replica=self._owner,
-                project_id=outcome.project_id,
-                trigger_id=outcome.trigger_id,
-                part=part,
-                sqlstate=sqlstate,
-                exception=exception,
-            )
-        )

@@ -43,6 +43,8 @@ class EdgeMetrics(RoundMetrics, Protocol):
 
     def count_runs_pass(self, deadline_cancelled: int, released: int) -> None: ...
 
+    def count_request(self, code: str, occurrences: dict[str, int]) -> None: ...
+
     def summary_counts(self) -> dict[str, float]: ...
 
 
@@ -80,6 +82,7 @@ class EdgeScheduler:
                         owner=settings.owner,
                         budget=settings.claim_budget,
                         sink=sink,
+                        metrics=self.metrics,
                     ),
                     EdgeRunsPass(
                         store.db,

@@ -27,8 +27,7 @@ from qlsched.core.specs import (
     PublishFile,
     TaskEntry,
     TriggerEntry,
-    execution_payload,
-    sha256_hex,
+    task_execution,
     trigger_digest,
 )
 from qlsched.postgres.pool import Connection
@@ -57,8 +56,9 @@ class _Pin(msgspec.Struct, frozen=True):
 async def _publish_tasks(conn: Connection, tasks: list[TaskEntry], now: int) -> list[Change]:
     """Every task of the file in four statements: read the stored digests, insert the new
     tasks, give the changed ones a new revision, pin an execution revision to each."""
-    payloads = [execution_payload(t.project, t) for t in tasks]
-    digests = [sha256_hex(p) for p in payloads]
+    executions = [task_execution(t) for t in tasks]
+    payloads = [payload for payload, _ in executions]
+    digests = [digest for _, digest in executions]
     rows = await conn.fetch(
         query("tasks_current"), [t.project for t in tasks], [t.id for t in tasks]
     )

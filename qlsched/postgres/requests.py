@@ -28,7 +28,6 @@ from typing import Any
 import trio
 
 from qlsched.core.control import TriggerRef
-from qlsched.core.cron import parse_cron
 from qlsched.core.diagnostics import Diagnostic
 from qlsched.core.lease import retry_deadline_s
 from qlsched.core.requests import (
@@ -38,6 +37,7 @@ from qlsched.core.requests import (
     Recorded,
     RecordResult,
     RequestAdmitted,
+    RequestAsk,
     RequestChunk,
     RequestClaim,
     RequestClaims,
@@ -45,13 +45,12 @@ from qlsched.core.requests import (
     RequestFailed,
     RequestFenceLost,
     RequestHeld,
-    RequestKind,
     RequestOutcome,
     RequestOverlap,
     RequestRefused,
+    RequestTarget,
     RequestWaiting,
-    backfill_count,
-    first_occurrence,
+    record_check,
 )
 from qlsched.postgres.claim import fence_from_row
 from qlsched.postgres.control import record_action
@@ -65,43 +64,33 @@ from qlsched.postgres.store import ReplicaPools
 
 
 async def _record(
-    conn: Connection,
-    project_id: str,
-    trigger_id: str,
-    kind: RequestKind,
-    *,
-    note: str | None,
-    actor: str | None,
-    span: tuple[int, int] | None = None,
-    max_occurrences: int | None = None,
-    overlap: RequestOverlap | None = None,
+    conn: Connection, project_id: str, trigger_id: str, ask: RequestAsk
 ) -> RecordResult:
+    kind, note, actor, span, overlap = ask.kind, ask.note, ask.actor, ask.span, ask.overlap
+    max_occurrences = ask.max_occurrences
     async with conn.transaction():
         row = await conn.fetchrow(query("request_target"), project_id, trigger_id)
-        if row is None:
-            return NotRecorded(project_id, trigger_id, "trigger_missing")
-        if row["project_state"] != "active":
-            return NotRecorded(project_id, trigger_id, "project_archived")
-        if not row["enabled"]:
-            return NotRecorded(project_id, trigger_id, "trigger_disabled")
-        total: int | None = None
-        first: int | None = None
-        if span is not None:
-            assert max_occurrences is not None
-            if span[1] > row["now_ms"]:
-                return NotRecorded(project_id, trigger_id, "future")
-            cron = parse_cron(
-                row["cron"], row["timezone"], dst_gap=row["dst_gap"], dst_fold=row["dst_fold"]
-            )
-            start = await backfill_start_limit(conn, project_id, trigger_id)
-            if start is not None and span[0] < start:
-                return NotRecorded(project_id, trigger_id, "before_retention", horizon_ms=start)
-            total = backfill_count(cron, *span)
-            first = first_occurrence(cron, span[0])
-            if total > max_occurrences:
-                return NotRecorded(
-                    project_id, trigger_id, "too_many", count=total, max=max_occurrences
-                )
+        target = (
+            None
+            if row is None
+            else RequestTarget(**{k: row[k] for k in RequestTarget.__struct_fields__})
+        )
+        earliest = None
+        if row is not None and span is not None:
+            earliest = await backfill_start_limit(conn, project_id, trigger_id)
+        checked = record_check(
+            project_id,
+            trigger_id,
+            target,
+            row["now_ms"] if row is not None else 0,
+            span,
+            max_occurrences,
+            earliest_ms=earliest,
+        )
+        if isinstance(checked, NotRecorded):
+            return checked
+        assert row is not None
+        total, first = checked
         inserted = await conn.fetchrow(
             query("request_insert"),
             project_id,
@@ -154,9 +143,8 @@ async def record_trigger_now(
 ) -> RecordResult:
     """Record a trigger-now request for the trigger's current revision (admin role);
     ``overlap="allow"`` admits it whatever the trigger's overlap policy says."""
-    return await _record(
-        conn, project_id, trigger_id, "trigger", note=note, actor=actor, overlap=overlap
-    )
+    ask = RequestAsk(kind="trigger", note=note, actor=actor, overlap=overlap)
+    return await _record(conn, project_id, trigger_id, ask)
 
 
 async def record_backfill(
@@ -178,17 +166,15 @@ async def record_backfill(
         raise ValueError("from_ms must not be after to_ms")
     if not 1 <= max_occurrences <= BACKFILL_MAX_HARD_CAP:
         raise ValueError(f"max_occurrences must be 1..{BACKFILL_MAX_HARD_CAP}")
-    return await _record(
-        conn,
-        project_id,
-        trigger_id,
-        "backfill",
+    ask = RequestAsk(
+        kind="backfill",
         note=note,
         actor=actor,
         span=(from_ms, to_ms),
         max_occurrences=max_occurrences,
         overlap=overlap,
     )
+    return await _record(conn, project_id, trigger_id, ask)
 
 
 # --- admission (runtime) --------------------------------------------------------------------
@@ -283,7 +269,6 @@ class PostgresRequestStore(ReplicaPools):
                 if kind is ErrorKind.CONNECTION:
                     self._emit("request_commit_unknown", c, exception=type(exc).__name__)
                     return RequestCommitUnknown(*ids, exception=type(exc).__name__)
-                self._emit("request_failed", c, exception=type(exc).__name__, sqlstate=state)
                 refused = await self._note_failure(c, f"request_failed:{(state or 'none').lower()}")
                 if refused:
                     return RequestRefused(*ids, reason="failed_repeatedly")
@@ -324,8 +309,6 @@ class PostgresRequestStore(ReplicaPools):
             self._emit("request_failure_uncounted", c, exception=type(exc).__name__)
             return False
         refused: bool = state == "refused"
-        if refused:
-            self._emit("request_refused", c, exception=code)
         return refused
 
     def _emit(

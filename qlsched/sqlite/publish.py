@@ -19,8 +19,7 @@ from qlsched.core.specs import (
     PublishFile,
     TaskEntry,
     TriggerEntry,
-    execution_payload,
-    sha256_hex,
+    task_execution,
     trigger_digest,
 )
 from qlsched.sqlite.database import rollback
@@ -41,8 +40,7 @@ def _publish_project(conn: sqlite3.Connection, project_id: str, archived: bool, 
 
 
 def _publish_task(conn: sqlite3.Connection, task: TaskEntry, now: int) -> Change:
-    payload = execution_payload(task.project, task)
-    digest = sha256_hex(payload)
+    payload, digest = task_execution(task)
     row = conn.execute(query("task_get"), (task.project, task.id)).fetchone()
     if row is not None and row[1] == digest:
         return "unchanged"

@@ -1,11 +1,6 @@
 """Trigger-now and backfill requests on the Edge file, as the cluster's
-(``postgres/requests.py``): recorded by ``edge trigger`` / ``edge backfill``, admitted by the
-file's one ``edge run``.
-
-Recording is one ``BEGIN IMMEDIATE`` transaction: the trigger is read once; a request for a
-missing, disabled or archived trigger, a range past now or holding more occurrences than
-its ``max`` (counted exactly, ``core.requests.backfill_count``) is refused before anything
-is written; else one pending row and its audit row (``schedule_actions``) commit together.
+(``postgres/requests.py``): recorded by ``edge trigger`` / ``edge backfill``
+(``sqlite.request_record``), admitted here by the file's one ``edge run``.
 
 Admission has no lease (one runner per file): ``claim`` is a read of the requests that can
 progress, and each chunk is admitted in its own ``BEGIN IMMEDIATE`` transaction, fenced by
@@ -22,15 +17,10 @@ import sqlite3
 import uuid
 from typing import Any
 
-from qlsched.core.control import TriggerRef
-from qlsched.core.cron import parse_cron
 from qlsched.core.fence import ClaimFence
 from qlsched.core.overlap import Decision, chunk_decisions, reads_runs
 from qlsched.core.requests import (
     REQUEST_FAILURES_MAX,
-    NotRecorded,
-    Recorded,
-    RecordResult,
     RefusedReason,
     RequestAdmitted,
     RequestChunk,
@@ -39,16 +29,11 @@ from qlsched.core.requests import (
     RequestFailed,
     RequestFenceLost,
     RequestHeld,
-    RequestKind,
     RequestOutcome,
-    RequestOverlap,
     RequestRefused,
     RequestWaiting,
-    backfill_count,
-    first_occurrence,
 )
 from qlsched.core.specs import Overlap
-from qlsched.sqlite.control import os_user, record_action
 from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import classify, error_code
 from qlsched.sqlite.overlap import cancel_others, unfinished
@@ -57,100 +42,6 @@ from qlsched.sqlite.runs import RunRows, execution_fault, insert_runs
 
 NOMINAL_VERSION = 0
 """The claim version recorded on a request's Runs: nominal, as nothing expires on the Edge."""
-
-
-# --- recording ------------------------------------------------------------------------------
-
-
-def record_request(
-    conn: sqlite3.Connection,
-    ref: TriggerRef,
-    now_ms: int,
-    kind: RequestKind,
-    *,
-    note: str | None,
-    actor: str | None,
-    span: tuple[int, int] | None = None,
-    max_occurrences: int | None = None,
-    overlap: RequestOverlap | None = None,
-) -> RecordResult:
-    """Blocking: record a trigger-now (``span`` None) or a backfill of ``span`` at
-    ``now_ms``; ``note``, ``actor`` and the range are already checked; ``overlap`` 'allow'
-    ignores the trigger's overlap policy."""
-    p, t = ref.project_id, ref.trigger_id
-    conn.execute(query("begin_immediate"))
-    try:
-        row = conn.execute(query("request_target"), (p, t)).fetchone()
-        refused = _refusal(ref, row, now_ms, span, max_occurrences)
-        if isinstance(refused, NotRecorded):
-            rollback(conn)
-            return refused
-        total, first = refused
-        request_id = uuid.uuid4()
-        user = os_user()
-        conn.execute(
-            query("request_insert"),
-            (
-                *(str(request_id), p, t, row[0], kind, note, actor, user, now_ms),
-                *(span or (None, None)),
-                *(total, max_occurrences, first, overlap),
-            ),
-        )
-        record_action(
-            conn,
-            ref,
-            row,
-            kind,
-            note=note,
-            actor=actor,
-            at_ms=now_ms,
-            occurrences=1 if total is None else total,
-        )
-        conn.execute(query("commit"))
-    except BaseException:
-        rollback(conn)
-        raise
-    return Recorded(
-        request_id=request_id,
-        project_id=p,
-        trigger_id=t,
-        trigger_revision=row[0],
-        kind=kind,
-        created_at_ms=now_ms,
-        requested_by=user,
-        total=total,
-    )
-
-
-def _refusal(
-    ref: TriggerRef,
-    row: Any,
-    now_ms: int,
-    span: tuple[int, int] | None,
-    max_occurrences: int | None,
-) -> NotRecorded | tuple[int | None, int | None]:
-    """Why the request is refused at once, or a backfill's (total, first occurrence)."""
-    p, t = ref.project_id, ref.trigger_id
-    if row is None:
-        return NotRecorded(p, t, "trigger_missing")
-    _revision, enabled, cron, zone, gap, fold, project_state = row
-    if project_state != "active":
-        return NotRecorded(p, t, "project_archived")
-    if not enabled:
-        return NotRecorded(p, t, "trigger_disabled")
-    if span is None:
-        return None, None
-    assert max_occurrences is not None
-    if span[1] > now_ms:
-        return NotRecorded(p, t, "future")
-    schedule = parse_cron(cron, zone, dst_gap=gap, dst_fold=fold)
-    total = backfill_count(schedule, *span)
-    if total > max_occurrences:
-        return NotRecorded(p, t, "too_many", count=total, max=max_occurrences)
-    return total, first_occurrence(schedule, span[0])
-
-
-# --- admission ------------------------------------------------------------------------------
 
 
 def _claim(r: Any, owner: str, token: uuid.UUID, now_ms: int, lease_ms: int) -> RequestClaim:

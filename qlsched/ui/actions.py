@@ -24,9 +24,7 @@ from qlsched.admin.requests import check_range
 from qlsched.core.control import (
     ACTOR_MAX_CHARS,
     NOTE_MAX_CHARS,
-    AlreadyPaused,
     ControlError,
-    NotPaused,
     Paused,
     PauseOutcome,
     Resumed,
@@ -34,6 +32,7 @@ from qlsched.core.control import (
     TriggerRef,
     checked_text,
 )
+from qlsched.core.control_lines import outcome_line
 from qlsched.core.cron import parse_cron
 from qlsched.core.pause import CatchUp
 from qlsched.core.requests import (
@@ -56,7 +55,6 @@ from qlsched.postgres.login import WrongRole
 from qlsched.postgres.pool import Connection
 from qlsched.ui.app import Dashboard
 from qlsched.ui.pages import schedule_filter, schedule_page
-from qlsched.ui.render import iso
 from qlsched.ui.web import Request, Response, text
 
 BULK_MAX: Final = 1000
@@ -77,22 +75,6 @@ def _actor(req: Request) -> str:
 def _dsn(ui: Dashboard) -> str:
     assert ui.admin_dsn is not None  # the app refuses every POST without one
     return ui.admin_dsn
-
-
-def outcome_text(outcome: PauseOutcome | ResumeOutcome) -> str:
-    name = f"{outcome.project_id}/{outcome.trigger_id}"
-    match outcome:
-        case Paused(paused_at_ms=at):
-            return f"paused {name} at {iso(at)}"
-        case AlreadyPaused(paused_at_ms=at):
-            return f"{name} was already paused (since {iso(at)}): nothing changed"
-        case Resumed() as r:
-            line = f"resumed {name}: {r.inside} occurrence(s) fell inside the pause"
-            return line + ("" if r.fires_at_ms is None else f"; {iso(r.fires_at_ms)} fires once")
-        case NotPaused():
-            return f"{name} is not paused: nothing changed"
-        case _:
-            assert_never(outcome)
 
 
 def record_text(result: RecordResult) -> str:
@@ -117,7 +99,7 @@ async def pause(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Respons
         outcome = await admin.pause(_dsn(ui), ref, note=_note(req), actor=_actor(req))
     except ControlError as exc:
         return _back(ui, ref, str(exc))
-    return _back(ui, ref, outcome_text(outcome))
+    return _back(ui, ref, outcome_line(outcome))
 
 
 async def resume(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:
@@ -132,7 +114,7 @@ async def resume(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Respon
         )
     except ControlError as exc:
         return _back(ui, ref, str(exc))
-    return _back(ui, ref, outcome_text(outcome))
+    return _back(ui, ref, outcome_line(outcome))
 
 
 async def trigger_now(ui: Dashboard, req: Request, groups: tuple[str, ...]) -> Response:

@@ -19,14 +19,15 @@ import trio
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.jitter import jitter_offset_ms
-from qlsched.core.requests import RecordResult, RequestOverlap
+from qlsched.core.requests import RecordResult, RequestAsk, RequestOverlap
 from qlsched.core.specs import PublishFile
 from qlsched.edge.requests import EdgeRequests
 from qlsched.edge.runs_pass import EdgeRunsPass
 from qlsched.sqlite import control
 from qlsched.sqlite.database import EdgeDatabase, open_checked
 from qlsched.sqlite.publish import publish
-from qlsched.sqlite.requests import SqliteRequestStore, record_request
+from qlsched.sqlite.request_record import record_request
+from qlsched.sqlite.requests import SqliteRequestStore
 from qlsched.sqlite.store import SqliteStore
 from qlsched.summary import SummaryCounts
 from tests.conformance.harness import (
@@ -138,9 +139,7 @@ class SqliteHarness(PublishingHarness):
     async def record_trigger_now(self, project_id: str, trigger_id: str) -> RecordResult:
         ref = TriggerRef(project_id, trigger_id)
         return await self.db.call(
-            lambda conn: record_request(
-                conn, ref, self.db.clock(), "trigger", note=None, actor=None
-            )
+            lambda conn: record_request(conn, ref, self.db.clock(), RequestAsk(kind="trigger"))
         )
 
     async def record_backfill(
@@ -158,17 +157,23 @@ class SqliteHarness(PublishingHarness):
                 conn,
                 ref,
                 self.db.clock(),
-                "backfill",
-                note=None,
-                actor=None,
-                span=(from_ms, to_ms),
-                max_occurrences=max_occurrences,
-                overlap=overlap,
+                RequestAsk(
+                    kind="backfill",
+                    span=(from_ms, to_ms),
+                    max_occurrences=max_occurrences,
+                    overlap=overlap,
+                ),
             )
         )
 
     async def serve_requests(self, budget: int) -> None:
-        await EdgeRequests(self.request_store, owner="r1", budget=budget, sink=MemorySink()).run()
+        await EdgeRequests(
+            self.request_store,
+            owner="r1",
+            budget=budget,
+            sink=MemorySink(),
+            metrics=SummaryCounts(),
+        ).run()
 
     async def requests(self) -> list[RequestRow]:
         def read(conn: sqlite3.Connection) -> list[RequestRow]:

@@ -15,14 +15,14 @@ import pytest
 
 from qlsched.core.control import TriggerRef
 from qlsched.core.keys import idempotency_key
-from qlsched.core.requests import Recorded
+from qlsched.core.requests import Recorded, RequestAsk
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry, TriggerEntry
 from qlsched.edge.scheduler import EdgeScheduler
 from qlsched.edge.settings import EdgeSettings
 from qlsched.sqlite import control
 from qlsched.sqlite.database import EdgeDatabase
 from qlsched.sqlite.publish import publish
-from qlsched.sqlite.requests import record_request
+from qlsched.sqlite.request_record import record_request
 from qlsched.sqlite.store import SqliteStore
 from tests.edge.support import (
     AUDIT_BAD_RUNS,
@@ -195,11 +195,11 @@ async def record(
             conn,
             ref,
             db.clock(),
-            "trigger" if span is None else "backfill",
-            note=None,
-            actor=None,
-            span=span,
-            max_occurrences=None if span is None else 10_000,
+            RequestAsk(
+                kind="trigger" if span is None else "backfill",
+                span=span,
+                max_occurrences=None if span is None else 10_000,
+            ),
         )
     )
     assert isinstance(result, Recorded)

@@ -210,11 +210,17 @@ def test_edge_run_labels_every_series_profile_edge(tmp_path: Path) -> None:
     try:
         [address] = re.findall(r"http on (\S+)", wait_ready(proc))
         wait_until(runs_of(db, ("t000000", "t000001")), what="a Run of each trigger")
+        assert qlsched("edge", "trigger", "edge/t000000", "--db", str(db)).returncode == 0
+        done = "SELECT count(*) FROM control_requests WHERE state = 'done'"
+        wait_until(lambda: read(db, done) == [(1,)], what="the trigger-now admitted")
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
             text = response.read().decode()
     finally:
         assert stop(proc) == 0
     assert profile_problems(text, "edge") == []
+    # The requests pass counts into the cluster's request families, by the same codes.
+    assert 'qlsched_request_outcomes_total{code="request_admitted",profile="edge"} 1.0' in text
+    assert 'qlsched_request_occurrences_total{profile="edge",result="admitted"} 1.0' in text
     names = {s.name for s in qlsched_samples(text)}
     assert {
         "qlsched_rounds_total",
@@ -222,6 +228,8 @@ def test_edge_run_labels_every_series_profile_edge(tmp_path: Path) -> None:
         "qlsched_outcomes_total",
         "qlsched_schedule_lag_seconds_bucket",
         "qlsched_due_backlog",
+        "qlsched_runs_deadline_cancelled_total",
+        "qlsched_runs_released_total",
     } <= names
     assert [n for n in names if n.startswith("qlsched_edge_")] == []
     assert 'target_info{profile="edge"} 1.0' in text

@@ -53,12 +53,19 @@ def _config(owner: str = "r1", budget: int = 16) -> Config:
     return Config(owner=owner, claim_budget=budget)
 
 
-async def _pass(env: Env, owner: str = "r1", budget: int = 16) -> RequestsPass:
+async def _pass(
+    env: Env, owner: str = "r1", budget: int = 16, *, metrics: Metrics | None = None
+) -> RequestsPass:
     """A replica's requests pass (its own pools), looking every round."""
     claim_db, admit_db = await env.open_pools()
     store = PostgresRequestStore(claim_db, admit_db, sink=env.sink)
     return RequestsPass(
-        store, _config(owner, budget), MemorySink(), Metrics(), budget=budget, poll_s=0.0
+        store,
+        _config(owner, budget),
+        MemorySink(),
+        metrics or Metrics(),
+        budget=budget,
+        poll_s=0.0,
     )
 
 
@@ -445,7 +452,11 @@ async def test_outcome_counts_reach_the_metrics(pg_db: TestDatabase) -> None:
     async with open_env(pg_db) as env:
         await env.publish(_file())
         await _trigger_now(env)
-        rp = await _pass(env)
+        metrics = Metrics()
+        rp = await _pass(env, metrics=metrics)
         await rp.run()
-        assert rp.outcomes.labels("request_admitted")._value.get() == 1
-        assert rp.occurrences.labels("admitted")._value.get() == 1
+        registry = metrics.registry
+        code = {"code": "request_admitted", "profile": "cluster"}
+        result = {"result": "admitted", "profile": "cluster"}
+        assert registry.get_sample_value("qlsched_request_outcomes_total", code) == 1
+        assert registry.get_sample_value("qlsched_request_occurrences_total", result) == 1

@@ -12,9 +12,9 @@ import argparse
 from qlsched.admin.schedules import pause
 from qlsched.commands._common import run_command
 from qlsched.commands.control.common import admin_dsn
-from qlsched.commands.control.lines import outcome_line
 from qlsched.commands.options import add_actor_options, add_trigger_argument
 from qlsched.core.control import trigger_ref
+from qlsched.core.control_lines import outcome_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,8 +25,8 @@ from qlsched.core.control import (
     UnknownTrigger,
     checked_text,
 )
-from qlsched.core.requests import NotRecorded, RecordResult, RequestKind
-from qlsched.sqlite import requests
+from qlsched.core.requests import NotRecorded, RecordResult, RequestAsk
+from qlsched.sqlite import request_record
 from qlsched.sqlite.database import open_checked
 
 
@@ -50,23 +50,20 @@ def record(
     """Record the request in ``db``, print its line; the exit code as the module says."""
     note = checked_text(args.note, what="--note", max_chars=NOTE_MAX_CHARS)
     actor = checked_text(args.actor, what="--actor", max_chars=ACTOR_MAX_CHARS)
-    kind: RequestKind = "trigger" if span is None else "backfill"
+    ask = RequestAsk(
+        kind="trigger" if span is None else "backfill",
+        note=note,
+        actor=actor,
+        span=span,
+        max_occurrences=max_occurrences,
+        overlap=args.overlap,
+    )
 
     async def body() -> RecordResult:
         database = await trio.to_thread.run_sync(lambda: open_checked(db, create=False, apply=True))
 
         def record_one(conn: sqlite3.Connection) -> RecordResult:
-            return requests.record_request(
-                conn,
-                ref,
-                database.clock(),
-                kind,
-                note=note,
-                actor=actor,
-                span=span,
-                max_occurrences=max_occurrences,
-                overlap=args.overlap,
-            )
+            return request_record.record_request(conn, ref, database.clock(), ask)
 
         try:
             return await database.call(record_one)

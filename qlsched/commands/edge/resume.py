@@ -10,8 +10,8 @@ import argparse
 
 import trio
 
-from qlsched.commands.control.lines import outcome_line
 from qlsched.core.control import ResumeOutcome, checked_text, trigger_ref
+from qlsched.core.control_lines import outcome_line
 from qlsched.core.pause import CATCH_UPS
 from qlsched.sqlite import control
 from qlsched.sqlite.database import open_checked

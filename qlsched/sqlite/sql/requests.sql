@@ -1,8 +1,8 @@
 -- name: request_target
 -- What a new request is checked against (inside its BEGIN IMMEDIATE): the trigger's
--- revision, enabled flag, cron and zone, and its project's state. ?1 project, ?2 trigger.
--- No row: no such trigger.
-SELECT t.revision, t.enabled, t.cron, t.timezone, t.dst_gap, t.dst_fold, p.state
+-- revision, enabled flag, its project's state, cron, zone and DST rule (``RequestTarget``'s
+-- order). ?1 project, ?2 trigger. No row: no such trigger.
+SELECT t.revision, t.enabled, p.state, t.cron, t.timezone, t.dst_gap, t.dst_fold
   FROM triggers AS t
   JOIN projects AS p ON p.project_id = t.project_id
  WHERE t.project_id = ?1 AND t.trigger_id = ?2;
