@@ -17,8 +17,9 @@ from __future__ import annotations
 import sys
 
 _early_sigints: list[int] = []
-"""SIGINTs that arrived while ``python -m qlsched`` loaded, before ``qlsched.entry`` took
-over (it turns them into ``qlsched: interrupted`` or hands them to a command's watch)."""
+"""SIGINTs (and SIGTERMs, the same interrupt) that arrived while ``python -m qlsched``
+loaded, before ``qlsched.entry`` took over (it turns them into ``qlsched: interrupted`` or
+hands them to a command's watch)."""
 
 
 def _note_sigint(signum: int, frame: object) -> None:
@@ -49,6 +50,10 @@ if _started_as_main():
 
     if signal_c.getsignal(signal_c.SIGINT) is signal_c.default_int_handler:
         signal_c.signal(signal_c.SIGINT, _note_sigint)
+    # SIGTERM is the same interrupt (``qlsched.entry``): noted too, instead of its default
+    # death (exit -15, no line) while the command's modules load on a slow machine.
+    if signal_c.getsignal(signal_c.SIGTERM) == signal_c.SIG_DFL:
+        signal_c.signal(signal_c.SIGTERM, _note_sigint)
 
 import importlib  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402

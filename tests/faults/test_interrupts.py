@@ -126,7 +126,10 @@ def _before_qlsched(code: int, err: str) -> bool:
     frames = [line for line in err.splitlines() if package in line]
     ours = [f for f in frames if f'{package}__init__.py"' not in f]
     said = any(line.startswith("qlsched") for line in err.splitlines())
-    return code in (-2, 1) and not ours and not said and (not err or "KeyboardInterrupt" in err)
+    killed = code in (-2, -15) and not err  # the default disposition: nothing of ours ran
+    # Python's own KeyboardInterrupt traceback: it then ends by SIGINT (-2), or exit 1.
+    raised = code in (-2, 1) and "KeyboardInterrupt" in err
+    return (killed or raised) and not ours and not said
 
 
 def test_run_interrupted_during_its_start_stops(pg_db: TestDatabase) -> None:
@@ -138,9 +141,14 @@ def test_run_interrupted_during_its_start_stops(pg_db: TestDatabase) -> None:
     printed a traceback.) A signal that lands before the interpreter reached qlsched's
     first line is Python's (``_before_qlsched``); most tries must land after it."""
     argv = ["run", "--dsn", pg_db.runtime_dsn, "--summary", "0", "--stop-timeout-ms", "2000"]
+    # A loaded machine starts the interpreter later: past the planned moments, later ones
+    # are tried until seven landed in qlsched (the rule is about its start-up, not Python's).
     offsets = [0.02, 0.03, 0.04, 0.05, *(0.05 + i * 0.07 for i in range(1, 8))]
+    offsets += [0.6 + i * 0.1 for i in range(10)]
     reached = 0
     for after in offsets:
+        if reached >= 7 and after > 0.55:
+            break
         code, err, took = _interrupt(argv, after_s=after, second_after_s=None, sig=signal.SIGINT)
         label = f"SIGINT at {after:.2f} s"
         if _before_qlsched(code, err):
@@ -148,7 +156,7 @@ def test_run_interrupted_during_its_start_stops(pg_db: TestDatabase) -> None:
         reached += 1
         _assert_clean(label, code, err, took)
         assert code in (0, 130), f"{label}: exit {code}:\n{err}"
-    assert reached >= 7, f"only {reached} of {len(offsets)} signals landed in qlsched's code"
+    assert reached >= 7, f"only {reached} signals landed in qlsched's code"
 
 
 _SIGINT_ON_IMPORT = """
@@ -158,7 +166,7 @@ import os, signal, sys
 class SigintOnImport:
     def find_spec(self, name, path=None, target=None):
         if name == os.environ["SIGINT_ON_IMPORT_OF"]:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), getattr(signal, os.environ.get("SIGNAL_ON_IMPORT", "SIGINT")))
         return None
 
 
@@ -166,14 +174,24 @@ sys.meta_path.insert(0, SigintOnImport())
 """
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("module", ["qlsched.entry", "qlsched.cli"])
-def test_a_ctrl_c_while_python_m_loads_the_package_is_one_line(tmp_path: Path, module: str) -> None:
-    """Rule: under ``python -m qlsched``, a SIGINT from the package's first lines on (here
-    sent by an import hook the moment MODULE is imported, deterministically) ends the
-    command with ``qlsched: interrupted`` and exit 130, no traceback. (One that landed while
-    ``__main__`` imported ``qlsched.entry`` printed a KeyboardInterrupt traceback.)"""
+def test_a_ctrl_c_while_python_m_loads_the_package_is_one_line(
+    tmp_path: Path, module: str, sig: str
+) -> None:
+    """Rule: under ``python -m qlsched``, a SIGINT or SIGTERM from the package's first lines
+    on (here sent by an import hook the moment MODULE is imported, deterministically) ends
+    the command with ``qlsched: interrupted`` and exit 130, no traceback. (A SIGINT that
+    landed while ``__main__`` imported ``qlsched.entry`` printed a KeyboardInterrupt
+    traceback; a SIGTERM then killed the command silently, exit -15, on a loaded machine.)"""
     (tmp_path / "sitecustomize.py").write_text(_SIGINT_ON_IMPORT)
-    env = clean_env({"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "SIGINT_ON_IMPORT_OF": module})
+    env = clean_env(
+        {
+            "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
+            "SIGINT_ON_IMPORT_OF": module,
+            "SIGNAL_ON_IMPORT": sig,
+        }
+    )
     done = subprocess.run(
         [sys.executable, "-m", "qlsched", "status", "--dsn", "postgresql://x@127.0.0.1:1/x"],
         capture_output=True,
