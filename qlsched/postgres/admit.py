@@ -51,12 +51,14 @@ from qlsched.postgres.queries import query
 
 ADMIT_SETTINGS: Final[Mapping[str, str]] = {
     "enable_seqscan": "off",
+    "jit": "off",
     "plan_cache_mode": "force_generic_plan",
 }
 """Server settings of the admit pool. Every table the admit reads is reached by key or tuple
 id: under SERIALIZABLE a sequential scan takes a relation-level SIRead lock that makes every
 other replica's admit conflict. Generic plans: a one-row batch was otherwise re-planned at
-every call (docs/performance.md, Admit)."""
+every call (docs/performance.md, Admit). No JIT, as on the claim pool (``CLAIM_SETTINGS``):
+short statements whose costs sequential scans off inflate."""
 
 LOCK_NOT_AVAILABLE: Final = "55P03"
 """SQLSTATE of a lock wait cut by the runtime role's lock_timeout."""

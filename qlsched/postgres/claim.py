@@ -21,12 +21,16 @@ from qlsched.postgres.queries import query
 
 CLAIM_SETTINGS: Final[Mapping[str, str]] = {
     "enable_seqscan": "off",
+    "jit": "off",
     "plan_cache_mode": "force_generic_plan",
 }
 """Server settings of the claim pool. Generic plans: the claim is every round's hot
 statement, and re-planning it at each call cost more than running it; its scans are
 index-ordered, which a small table's plan would otherwise trade for a sequential scan
-(docs/performance.md, Claim)."""
+(docs/performance.md, Claim). No JIT: a plan that must still read a table whole (the
+one-row ``retention`` setting, in every prune batch) costs 1e10 more with sequential
+scans off, far above ``jit_above_cost``, and a server built with LLVM then compiled the
+statement at every call (0.4 s of CPU per prune batch; docs/performance.md, JIT)."""
 
 
 def fence_from_row(row: Any) -> ClaimFence:
