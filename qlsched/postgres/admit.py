@@ -7,14 +7,21 @@
    has room. Rows whose fence, revisions or specs fail come back with their own outcome.
 2. **One by one**, only when the batch hit a constraint or other server error: each Fire
    alone, so one bad row never blocks the others (``StoreFailed`` for that row).
-3. **By key**, for each row a statement left untouched although its fence, cursor and specs
-   hold: held by another session (a batch skips such rows) or not where its locator said.
-   Each alone, without its locator, waiting for the row (at most the runtime role's
-   ``lock_timeout``; past that ``RetryExhausted`` with SQLSTATE 55P03, not retried).
+3. **The rows left**, untouched by a statement although their fence, cursor and specs
+   hold: held by another session (a batch skips such rows) or not where their locator
+   said. First all together at their locators, waiting for the rows (the holder is most
+   often another replica's claim statement, which keeps a row it found already taken
+   locked until it ends: with many replicas, hundreds of rows a drain); then by key, each
+   alone and waiting, those still left or, if that statement could not commit (a
+   timeout, retries spent, a server error; never after a lost reply), all of them. A wait
+   lasts at most the runtime role's ``lock_timeout``; past it ``RetryExhausted`` with
+   SQLSTATE 55P03, not retried.
 
-A lock or statement timeout (55P03, 57014) ends its statement's Fires with
+A lock or statement timeout (55P03, 57014) ends the batch's or a lone row's Fires with
 ``RetryExhausted`` (it says nothing about one row, and falling back row by row would wait
-again per row, past the lease); a lost connection is ``CommitUnknown``, never re-sent.
+again per row, past the lease); only the rows left sent together, which already waited
+as a group, are then tried alone, as they were before they were sent together. A lost
+connection is ``CommitUnknown``, never re-sent.
 
 Authority: the database decides every fence (its WHERE clauses and its clock); this module
 only names the part that failed, from what the same statement observed.
@@ -198,7 +205,7 @@ def _row_outcome(fire: FireRequest, row: Any) -> Outcome | None:
     return None
 
 
-def _admit_args(fires: Sequence[FireRequest]) -> list[Any]:
+def _admit_args(fires: Sequence[FireRequest], *, wait: bool = False) -> list[Any]:
     c = [f.claim for f in fires]
     return [
         [x.project_id for x in c],
@@ -217,6 +224,7 @@ def _admit_args(fires: Sequence[FireRequest]) -> list[Any]:
         [f.attempt_id for f in fires],
         [f.idempotency_key for f in fires],
         [x.locator for x in c],
+        wait,
     ]
 
 
@@ -277,13 +285,38 @@ class Admission:
         else:
             untouched = self._place(batch, fires, range(len(fires)), outcomes)
         # (c) by key, for the rows a statement left untouched
-        for i in untouched:
-            fire = _by_key(fires[i])
-            alone = await self._send(owner, [fire])
-            self._place(alone, [fire], [i], outcomes)
+        await self._left(owner, fires, untouched, outcomes)
         done = [o for o in outcomes if o is not None]
         await self._count_taken([o for o in done if isinstance(o, AlreadyAdmitted)])
         return done
+
+    async def _left(
+        self,
+        owner: str,
+        fires: Sequence[FireRequest],
+        untouched: Sequence[int],
+        outcomes: list[Outcome | None],
+    ) -> None:
+        """The rows a statement left: together at their locators, waiting for them (the
+        holder is most often another replica's claim statement, done in milliseconds);
+        then by key, each alone, those still left (a stale locator) or all of them if that
+        statement could not commit (a timeout, retries spent, a server error; never after
+        a lost reply). Rejected: each alone by key at once, one statement per row (at 16
+        replicas over a third of a drain's statements, its slow tail); together by key (an
+        index probe per row: its SIRead locks on index pages made admits retry)."""
+        left = list(untouched)
+        if len(left) > 1:
+            located = [fires[i] for i in left]
+            together = await self._send(owner, located, wait=True)
+            unknown = isinstance(together, _Ended) and any(
+                isinstance(o, CommitUnknown) for o in together.outcomes
+            )
+            if isinstance(together, _Rows) or unknown:
+                left = self._place(together, located, left, outcomes)
+        for i in left:
+            fire = _by_key(fires[i])
+            alone = await self._send(owner, [fire])
+            self._place(alone, [fire], [i], outcomes)
 
     async def _count_taken(self, taken: Sequence[AlreadyAdmitted]) -> None:
         """Count each key found taken on its row and report it. After the commit and
@@ -362,11 +395,13 @@ class Admission:
             case _:
                 assert_never(sent)
 
-    async def _send(self, owner: str, fires: Sequence[FireRequest]) -> _Rows | _Ended | _Failed:
+    async def _send(
+        self, owner: str, fires: Sequence[FireRequest], *, wait: bool = False
+    ) -> _Rows | _Ended | _Failed:
         """One admit statement for ``fires``, re-sent after a serialization failure or a
         deadlock while the retries and the lease allow."""
         sql = query("admit")
-        args = _admit_args(fires)
+        args = _admit_args(fires, wait=wait)
 
         async def fn(conn: Connection) -> list[Any]:
             return list(await conn.fetch(sql, owner, *args))

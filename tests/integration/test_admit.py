@@ -524,8 +524,9 @@ def with_locator(fire: FireRequest, locator: str | None) -> FireRequest:
 
 async def test_stale_locators_fall_back_to_the_key(env: Env) -> None:
     """The locator is a hint, never trusted: a Fire whose locator names another trigger's
-    row, or no row at all, writes nothing there; it is admitted again alone, by key, and
-    gets its one Run. The neighbour whose row it named is admitted once, in the batch."""
+    row, or no row at all, writes nothing there, also when the rows left are sent again
+    together; each is then admitted alone, by key, and gets its one Run. The neighbour
+    whose row it named is admitted once, in the batch."""
     ids = ["a", "b", "c"]
     await env.publish(one_project(ids=ids))
     await env.make_due()
@@ -539,7 +540,7 @@ async def test_stale_locators_fall_back_to_the_key(env: Env) -> None:
     outcomes = await env.store.admit(fires)
 
     assert [type(o) for o in outcomes] == [Admitted, Admitted, Admitted]
-    assert env.store.admit_statements == 3  # the batch, then a and b alone
+    assert env.store.admit_statements == 4  # the batch, a and b again, then each by key
     assert env.store.ssi_retries == 0
     assert await env.runs_by_trigger() == {"a": 1, "b": 1, "c": 1}
     assert await env.counts() == Counts(runs=3, attempts=3, events=6)
@@ -763,6 +764,69 @@ async def test_a_held_row_does_not_hold_back_its_batch(env: Env, released: bool)
     assert outcomes[1] == RetryExhausted("p", "b", attempts=1, sqlstate="55P03")
     assert await env.schedule("p", "b") == before
     await holder.execute("ROLLBACK")
+    [late] = await env.store.admit([fires[1]])
+    assert isinstance(late, Admitted)
+    assert await env.counts() == Counts(runs=4, attempts=4, events=8)
+
+
+async def test_rows_a_batch_left_are_admitted_by_key_together(env: Env) -> None:
+    """Two rows of a batch are held by other sessions for a moment (as another replica's
+    claim statement keeps a row it found taken locked until it ends). The batch admits the
+    others; the two it left are sent again in one statement, at their locators, that waits
+    for them, not one statement each: two statements in all, every Fire admitted once."""
+    ids = ["a", "b", "c", "d", "e"]
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    fires = [fire_for(c) for c in await env.store.claim("r1", 10, LEASE_MS)]
+    holders = [await hold_row_lock(env, "b"), await hold_row_lock(env, "d")]
+    outcomes: list[Outcome] = []
+
+    async def admit() -> None:
+        outcomes.extend(await env.store.admit(fires))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admit)
+            await env.wait_lock_waiters(1)
+            assert await env.runs_by_trigger() == {"a": 1, "c": 1, "e": 1}
+            for holder in holders:
+                await holder.execute("ROLLBACK")
+
+    assert [type(o) for o in outcomes] == [Admitted] * 5
+    assert env.store.admit_statements == 2
+    late = await env.su(
+        "SELECT DISTINCT xmin::text FROM qlsched.runs WHERE trigger_id IN ('b', 'd')"
+    )
+    assert len(late) == 1, "the two left rows are one transaction"
+    assert await env.counts() == Counts(runs=5, attempts=5, events=10)
+
+
+async def test_a_row_held_on_does_not_hold_back_the_rows_left_with_it(env: Env) -> None:
+    """Of two rows a batch left, one is held past the runtime role's lock_timeout (a long
+    transaction): the statement sending both again times out, and each is then sent alone:
+    the free one is admitted, the held one ends RetryExhausted(55P03) with its claim intact,
+    admitted later."""
+    ids = ["a", "b", "c", "d"]
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    fires = [fire_for(c) for c in await env.store.claim("r1", 10, LEASE_MS)]
+    held_on = await hold_row_lock(env, "b")
+    brief = await hold_row_lock(env, "c")
+    outcomes: list[Outcome] = []
+
+    async def admit() -> None:
+        outcomes.extend(await env.store.admit(fires))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admit)
+            await env.wait_lock_waiters(1)
+            await brief.execute("ROLLBACK")
+
+    assert [type(o) for o in outcomes] == [Admitted, RetryExhausted, Admitted, Admitted]
+    assert outcomes[1] == RetryExhausted("p", "b", attempts=1, sqlstate="55P03")
+    assert env.store.admit_statements == 4  # the batch, the two again, then each alone
+    await held_on.execute("ROLLBACK")
     [late] = await env.store.admit([fires[1]])
     assert isinstance(late, Admitted)
     assert await env.counts() == Counts(runs=4, attempts=4, events=8)

@@ -3,7 +3,8 @@
 -- transaction, one round trip). Row i of $2..$17: project, trigger, claim token, claim
 -- version, state version, trigger revision, trigger digest, task revision, execution
 -- revision id, scheduled_for (the cursor), next cursor, coalesced, run id, attempt id,
--- idempotency key, locator (the tuple id the claim returned, or NULL).
+-- idempotency key, locator (the tuple id the claim returned, or NULL); $18: wait for rows
+-- another session holds (true) or skip them (false; a batch of one always waits).
 -- Each row is verified by the database clock against its whole fence, its revisions and
 -- digests (the payload's SHA-256 re-computed); a row that passes gets its cursor advanced,
 -- its queued Run, claimed Attempt and two events, all or none. A row that fails comes back
@@ -82,8 +83,11 @@ specs AS MATERIALIZED (
 -- in opposite orders), reached by its locator and re-checked against its key: a row read
 -- and written at once leaves no SIRead lock behind, so two replicas admitting neighbouring
 -- rows do not make each other retry. A batch of more than one row skips a row another
--- session holds; a batch of one waits for it (at most the role's lock_timeout). Only rows
--- whose spec checks passed are touched, under a WHERE repeating the whole fence.
+-- session holds, unless $18 (the rows a batch left, sent again) says to wait; a batch of
+-- one, and rows sent by key (no locator), wait for it (at most the role's lock_timeout):
+-- the holder is most often another replica's claim statement, which keeps a row it found
+-- taken locked until it ends. Only rows whose spec checks passed are touched, under a
+-- WHERE repeating the whole fence.
 -- The overlap decision: a CASE evaluates a branch's subquery only when it gets there, so
 -- under `allow` (and for refused rows) no Run is read. The reads go through the unfinished
 -- Runs' partial index: a trigger's unfinished Runs, never its history.
@@ -121,34 +125,27 @@ advanced AS (
            updated_at_ms = GREATEST(now.ms, s.updated_at_ms)
       FROM ordered AS c
      -- One arm per (probe, wait) pair: SKIP LOCKED is syntax, not a value, and each probe
-     -- kind needs its own scan; per row the filters leave exactly one arm running.
+     -- kind needs its own scan; per row the filters leave exactly one arm running (by key
+     -- always waits).
      CROSS JOIN LATERAL (
             SELECT b.tid FROM (
                 SELECT x.ctid AS tid FROM qlsched.trigger_schedules AS x
                  WHERE x.ctid = c.locator
                    AND x.project_id = c.project_id AND x.trigger_id = c.trigger_id
-                   AND pg_catalog.cardinality($2::text[]) > 1
+                   AND pg_catalog.cardinality($2::text[]) > 1 AND NOT $18::boolean
                    FOR UPDATE OF x SKIP LOCKED) AS b
             UNION ALL
             SELECT o.tid FROM (
                 SELECT x.ctid AS tid FROM qlsched.trigger_schedules AS x
                  WHERE x.ctid = c.locator
                    AND x.project_id = c.project_id AND x.trigger_id = c.trigger_id
-                   AND pg_catalog.cardinality($2::text[]) <= 1
+                   AND (pg_catalog.cardinality($2::text[]) <= 1 OR $18::boolean)
                    FOR UPDATE OF x) AS o
-            UNION ALL
-            SELECT k.tid FROM (
-                SELECT x.ctid AS tid FROM qlsched.trigger_schedules AS x
-                 WHERE c.locator IS NULL
-                   AND x.project_id = c.project_id AND x.trigger_id = c.trigger_id
-                   AND pg_catalog.cardinality($2::text[]) > 1
-                   FOR UPDATE OF x SKIP LOCKED) AS k
             UNION ALL
             SELECT w.tid FROM (
                 SELECT x.ctid AS tid FROM qlsched.trigger_schedules AS x
                  WHERE c.locator IS NULL
                    AND x.project_id = c.project_id AND x.trigger_id = c.trigger_id
-                   AND pg_catalog.cardinality($2::text[]) <= 1
                    FOR UPDATE OF x) AS w
            ) AS l,
            now

@@ -36,6 +36,7 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 --   $15 := :attempt_ids::uuid[]
 --   $16 := :idempotency_keys::text[]
 --   $17 := :locators::text[]
+--   $18 := false
 ;
 COMMIT;
 \endpipeline

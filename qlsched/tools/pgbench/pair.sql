@@ -40,6 +40,7 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 --   $15 := ARRAY[pg_catalog.gen_random_uuid()]
 --   $16 := ARRAY['ql3' || ':' || 'cron' || ':' || 'v1' || ':' || :trigger_id::text || ':' || :trigger_revision::text || ':' || :next_fire_at_ms::text]
 --   $17 := ARRAY[:locator::text]
+--   $18 := false
 ;
 COMMIT;
 \endpipeline
