@@ -174,6 +174,13 @@ def file_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, keep: tuple[
 
 OLD_EXECUTION = "00000000-0000-4000-8000-000000000001"
 """The execution revision ``file_before`` stores."""
+OLD_TRIGGER = (
+    "INSERT INTO triggers (project_id, trigger_id, revision, cron, task_id, task_revision,"
+    " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
+    " ('p', 'sec', 1, '* * * * * *', 'job', 1, ?, printf('%064d', 3), 0, 0)"
+)
+"""Trigger p/sec, every second, as a file before the later migrations holds it (its one
+parameter: ``OLD_EXECUTION``)."""
 
 
 @asynccontextmanager

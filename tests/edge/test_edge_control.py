@@ -26,6 +26,7 @@ from tests.edge.support import (
     AUDIT_BAD_RUNS,
     DUPLICATES,
     OLD_EXECUTION,
+    OLD_TRIGGER,
     clocked_edge,
     file_before,
     publish_file,
@@ -204,12 +205,7 @@ def test_an_edge_file_from_before_control_upgrades_unpaused(
     path = file_before(tmp_path, monkeypatch, keep=("0001", "0005", "0008"))
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute(
-            "INSERT INTO triggers (project_id, trigger_id, revision, cron, task_id, task_revision,"
-            " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
-            " ('p', 'sec', 1, '* * * * * *', 'job', 1, ?, printf('%064d', 3), 0, 0)",
-            (OLD_EXECUTION,),
-        )
+        conn.execute(OLD_TRIGGER, (OLD_EXECUTION,))
         conn.execute(
             "INSERT INTO trigger_schedules (project_id, trigger_id, trigger_revision, active,"
             " next_fire_at_ms, due_at_ms, state_version, updated_at_ms)"

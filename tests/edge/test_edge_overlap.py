@@ -15,6 +15,7 @@ import trio
 from qlsched.sqlite.database import open_checked
 from tests.edge.support import (
     OLD_EXECUTION,
+    OLD_TRIGGER,
     file_before,
     qlsched,
     read,
@@ -36,12 +37,7 @@ def test_a_file_from_before_overlap_keeps_its_runs_and_its_foreign_keys(
     path = file_before(tmp_path, monkeypatch, keep=("0001", "0005", "0008", "0013", "0016"))
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute(
-            "INSERT INTO triggers (project_id, trigger_id, revision, cron, task_id, task_revision,"
-            " execution_revision_id, content_digest, created_at_ms, updated_at_ms) VALUES"
-            " ('p', 'sec', 1, '* * * * * *', 'job', 1, ?, printf('%064d', 3), 0, 0)",
-            (OLD_EXECUTION,),
-        )
+        conn.execute(OLD_TRIGGER, (OLD_EXECUTION,))
         conn.execute(
             "INSERT INTO runs VALUES (?, 'p', 'sec', 1, 'job', 1, ?, ?, 'k1', 'queued',"
             " 'runtime', ?, 0, ?, 'edge', 'tok', 0)",

@@ -11,7 +11,7 @@ advanced schedule row carry one ``xmin``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -724,6 +724,31 @@ async def test_fires_of_two_owners_in_one_admit_are_refused(env: Env) -> None:
     assert await env.counts() == NOTHING
 
 
+async def due_fires(env: Env, ids: list[str]) -> list[FireRequest]:
+    """Publish ``ids`` in project p, make them due, claim them all: their Fires."""
+    await env.publish(one_project(ids=ids))
+    await env.make_due()
+    return [fire_for(c) for c in await env.store.claim("r1", 10, LEASE_MS)]
+
+
+async def admit_while(
+    env: Env, fires: list[FireRequest], meanwhile: Callable[[], Awaitable[None]], limit_s: float
+) -> list[Outcome]:
+    """Admit ``fires`` in the background; once the admit waits for a row lock, run
+    ``meanwhile``; the outcomes once the admit returned."""
+    outcomes: list[Outcome] = []
+
+    async def admit() -> None:
+        outcomes.extend(await env.store.admit(fires))
+
+    with trio.fail_after(limit_s):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admit)
+            await env.wait_lock_waiters(1)
+            await meanwhile()
+    return outcomes
+
+
 @pytest.mark.parametrize("released", [True, False], ids=["released-meanwhile", "held-on"])
 async def test_a_held_row_does_not_hold_back_its_batch(env: Env, released: bool) -> None:
     """One row of a batch is held ``FOR UPDATE`` by another session (an admin publish, a
@@ -732,25 +757,16 @@ async def test_a_held_row_does_not_hold_back_its_batch(env: Env, released: bool)
     waiting for it: admitted if the holder lets go within the runtime role's lock_timeout,
     else RetryExhausted(55P03), not retried, its claim intact for a later admit or to
     expire."""
-    ids = ["a", "b", "c", "d"]
-    await env.publish(one_project(ids=ids))
-    await env.make_due()
-    claims = await env.store.claim("r1", 10, LEASE_MS)
-    fires = [fire_for(c) for c in claims]
+    fires = await due_fires(env, ["a", "b", "c", "d"])
     holder = await hold_row_lock(env, "b")
     before = await env.schedule("p", "b")
-    outcomes: list[Outcome] = []
 
-    async def admit() -> None:
-        outcomes.extend(await env.store.admit(fires))
+    async def meanwhile() -> None:
+        assert await env.runs_by_trigger() == {"a": 1, "c": 1, "d": 1}
+        if released:
+            await holder.execute("ROLLBACK")
 
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(admit)
-            await env.wait_lock_waiters(1)
-            assert await env.runs_by_trigger() == {"a": 1, "c": 1, "d": 1}
-            if released:
-                await holder.execute("ROLLBACK")
+    outcomes = await admit_while(env, fires, meanwhile, 10)
 
     assert [type(o) for o in outcomes[:1] + outcomes[2:]] == [Admitted] * 3
     others = await env.su("SELECT DISTINCT xmin::text FROM qlsched.runs WHERE trigger_id <> 'b'")
@@ -769,28 +785,20 @@ async def test_a_held_row_does_not_hold_back_its_batch(env: Env, released: bool)
     assert await env.counts() == Counts(runs=4, attempts=4, events=8)
 
 
-async def test_rows_a_batch_left_are_admitted_by_key_together(env: Env) -> None:
+async def test_rows_a_batch_left_are_admitted_together(env: Env) -> None:
     """Two rows of a batch are held by other sessions for a moment (as another replica's
     claim statement keeps a row it found taken locked until it ends). The batch admits the
     others; the two it left are sent again in one statement, at their locators, that waits
     for them, not one statement each: two statements in all, every Fire admitted once."""
-    ids = ["a", "b", "c", "d", "e"]
-    await env.publish(one_project(ids=ids))
-    await env.make_due()
-    fires = [fire_for(c) for c in await env.store.claim("r1", 10, LEASE_MS)]
+    fires = await due_fires(env, ["a", "b", "c", "d", "e"])
     holders = [await hold_row_lock(env, "b"), await hold_row_lock(env, "d")]
-    outcomes: list[Outcome] = []
 
-    async def admit() -> None:
-        outcomes.extend(await env.store.admit(fires))
+    async def meanwhile() -> None:
+        assert await env.runs_by_trigger() == {"a": 1, "c": 1, "e": 1}
+        for holder in holders:
+            await holder.execute("ROLLBACK")
 
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(admit)
-            await env.wait_lock_waiters(1)
-            assert await env.runs_by_trigger() == {"a": 1, "c": 1, "e": 1}
-            for holder in holders:
-                await holder.execute("ROLLBACK")
+    outcomes = await admit_while(env, fires, meanwhile, 10)
 
     assert [type(o) for o in outcomes] == [Admitted] * 5
     assert env.store.admit_statements == 2
@@ -806,22 +814,14 @@ async def test_a_row_held_on_does_not_hold_back_the_rows_left_with_it(env: Env) 
     transaction): the statement sending both again times out, and each is then sent alone:
     the free one is admitted, the held one ends RetryExhausted(55P03) with its claim intact,
     admitted later."""
-    ids = ["a", "b", "c", "d"]
-    await env.publish(one_project(ids=ids))
-    await env.make_due()
-    fires = [fire_for(c) for c in await env.store.claim("r1", 10, LEASE_MS)]
+    fires = await due_fires(env, ["a", "b", "c", "d"])
     held_on = await hold_row_lock(env, "b")
     brief = await hold_row_lock(env, "c")
-    outcomes: list[Outcome] = []
 
-    async def admit() -> None:
-        outcomes.extend(await env.store.admit(fires))
+    async def meanwhile() -> None:
+        await brief.execute("ROLLBACK")
 
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(admit)
-            await env.wait_lock_waiters(1)
-            await brief.execute("ROLLBACK")
+    outcomes = await admit_while(env, fires, meanwhile, 30)
 
     assert [type(o) for o in outcomes] == [Admitted, RetryExhausted, Admitted, Admitted]
     assert outcomes[1] == RetryExhausted("p", "b", attempts=1, sqlstate="55P03")
