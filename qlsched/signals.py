@@ -1,5 +1,6 @@
-"""SIGINT and SIGTERM, in one module: the watcher of the long-running commands (``run``,
-``edge run``) and the way a tool's Trio program (``bench``, ``demo``) meets them.
+"""SIGINT and SIGTERM, in one module: how a one-shot command's body meets them
+(``interruptible``, for both profiles' commands), the watcher of the long-running commands
+(``run``, ``edge run``) and the way a tool's Trio program (``bench``, ``demo``) meets them.
 
 ``watch_signals`` is started with ``nursery.start``, so its handlers are in place before the
 command says it is ready. ``run_until_signal`` runs a tool's work in a nursery beside that
@@ -21,6 +22,50 @@ import trio
 from qlsched import exception_groups
 
 T = TypeVar("T")
+
+
+async def interruptible(fn: Callable[[], Awaitable[T]]) -> T:
+    """A one-shot command's body, with a SIGINT (or SIGTERM, made one by ``qlsched.entry``)
+    cancelling it instead of raising KeyboardInterrupt wherever it lands
+    (``qlsched.interrupts``); the KeyboardInterrupt comes after its work unwound, with
+    SIGINT ignored from then on: the exit is under way (a second Ctrl-C raised into the
+    unwinding printed a traceback from a garbage-collected nursery). Later signals are
+    received and ignored meanwhile. A body that finished first keeps its result. A command
+    that watches its own signals (``run``, ``work``, ``ui``) opens its receiver inside this
+    one and gets them first."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+    interrupted = False
+    try:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    nonlocal interrupted
+                    async for _ in signals:
+                        if not interrupted:
+                            interrupted = True
+                            nursery.cancel_scope.cancel()
+
+                async def body() -> None:
+                    try:
+                        done.append(await fn())
+                    except trio.Cancelled:
+                        raise
+                    except BaseException as exc:  # raised below as it came, not in a group
+                        failed.append(exc)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                nursery.start_soon(body)
+    finally:
+        if interrupted:  # also when the receiver re-raises a signal left pending at its close
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if failed:
+        raise failed[0]
+    if done:
+        return done[0]
+    raise KeyboardInterrupt
 
 
 _early: list[int] = []

@@ -26,6 +26,7 @@ from qlsched.core.control import (
     checked_text,
 )
 from qlsched.core.requests import NotRecorded, RecordResult, RequestAsk
+from qlsched.signals import interruptible
 from qlsched.sqlite import request_record
 from qlsched.sqlite.database import open_checked
 
@@ -70,7 +71,7 @@ def record(
         finally:
             database.close()
 
-    result = trio.run(body)
+    result = trio.run(interruptible, body)
     if isinstance(result, NotRecorded):
         if result.reason == "trigger_missing":
             name = f"{ref} (project {ref.project_id}, id {ref.trigger_id})"

@@ -11,6 +11,7 @@ import trio
 
 from qlsched.core.control import PauseOutcome, checked_text, trigger_ref
 from qlsched.core.control_lines import outcome_line
+from qlsched.signals import interruptible
 from qlsched.sqlite import control
 from qlsched.sqlite.database import open_checked
 
@@ -36,5 +37,5 @@ def run(args: argparse.Namespace, db: str) -> int:
         finally:
             database.close()
 
-    print(outcome_line(trio.run(body)))
+    print(outcome_line(trio.run(interruptible, body)))
     return 0

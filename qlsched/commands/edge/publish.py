@@ -9,6 +9,7 @@ import trio
 
 from qlsched.core.publish_result import PublishResult
 from qlsched.core.specs import SpecError, decode_publish_file
+from qlsched.signals import interruptible
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.publish import publish
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace, db: str) -> int:
         finally:
             database.close()
 
-    result = trio.run(body)
+    result = trio.run(interruptible, body)
     for line in result.lines():
         print(line)
     return 0

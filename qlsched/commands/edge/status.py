@@ -13,6 +13,7 @@ import trio
 
 from qlsched.core.shown import shown
 from qlsched.edge.lock import holder_pid
+from qlsched.signals import interruptible
 from qlsched.sqlite.database import open_checked
 from qlsched.sqlite.status import EdgeStatus, read_status
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace, db: str) -> int:
         finally:
             database.close()
 
-    report = trio.run(body)
+    report = trio.run(interruptible, body)
     if args.json:
         print(msgspec.json.encode(report).decode())
     else:
