@@ -6,10 +6,10 @@ read and the write but what a dispatcher of the user's own commits while the tra
 waits for the lock (SQLite serialises them; a dispatcher moves a Run by compare-and-set on
 its state, so a cancelled or released Run is never also started from its old state).
 
-The runs pass (``RunsWork.run_pass``), once per round in a transaction of its own, cancels
+The runs pass (``runs_pass``), once per round in a transaction of its own, cancels
 queued Runs past their start deadline, then releases held Runs whose trigger has nothing
 queued or running: both bounded by the round's budget, soonest or oldest first through
-partial indexes, so an idle pass is two probes of empty indexes.
+partial indexes; an idle pass is one probe (``runs_pass_probe``) and takes no write lock.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterable
+from typing import Literal
 
 import msgspec
 
-from qlsched.core.overlap import Decision, cron_decision
+from qlsched.core.overlap import Decision, cron_decision, reads_runs
 from qlsched.core.specs import Overlap
 from qlsched.sqlite.database import rollback
 from qlsched.sqlite.queries import query
 
-CancelReason = str
-"""``overlap`` or ``start_deadline`` (the runs table's CHECK)."""
+CancelReason = Literal["overlap", "start_deadline"]
+"""Who ended a Run that never finished its job (the runs table's CHECK)."""
 
 
 def unfinished(conn: sqlite3.Connection, project_id: str, trigger_id: str) -> tuple[int, int]:
@@ -37,14 +38,14 @@ def unfinished(conn: sqlite3.Connection, project_id: str, trigger_id: str) -> tu
 
 def decide(conn: sqlite3.Connection, policy: Overlap, project_id: str, trigger_id: str) -> Decision:
     """A cron occurrence's decision; reads the Runs only under a policy that needs them."""
-    if policy not in ("skip", "buffer_one"):
+    if not reads_runs(policy):
         return "queue"
     return cron_decision(policy, *unfinished(conn, project_id, trigger_id))
 
 
-def count_skipped(conn: sqlite3.Connection, project_id: str, trigger_id: str, n: int) -> None:
-    if n:
-        conn.execute(query("count_overlap_skipped"), (project_id, trigger_id, n))
+def count_skipped(conn: sqlite3.Connection, project_id: str, trigger_id: str) -> None:
+    """A cron occurrence skipped, on its schedule row (a request's are on the request)."""
+    conn.execute(query("count_overlap_skipped"), (project_id, trigger_id))
 
 
 def event(conn: sqlite3.Connection, run_id: str, kind: str, now_ms: int, actor: str) -> None:
@@ -77,10 +78,7 @@ def cancel_others(
 ) -> None:
     """``cancel_other``: every other unfinished Run of the trigger, after the new ones."""
     keep = set(kept)
-    anchor = next(iter(keep))
-    for (run_id,) in conn.execute(
-        query("others_unfinished"), (project_id, trigger_id, anchor)
-    ).fetchall():
+    for (run_id,) in conn.execute(query("others_unfinished"), (project_id, trigger_id)).fetchall():
         if run_id not in keep:
             cancel(conn, run_id, "overlap", now_ms, actor)
 

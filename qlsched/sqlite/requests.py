@@ -38,7 +38,7 @@ from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import classify, error_code
 from qlsched.sqlite.overlap import cancel_others, unfinished
 from qlsched.sqlite.queries import query
-from qlsched.sqlite.runs import RunRows, execution_fault, insert_runs
+from qlsched.sqlite.runs import RunRows, admitted_as, execution_fault, insert_runs
 
 NOMINAL_VERSION = 0
 """The claim version recorded on a request's Runs: nominal, as nothing expires on the Edge."""
@@ -121,30 +121,25 @@ def _run_rows(
     ):
         if decision == "skip":
             continue
-        run, held = str(run_id), decision == "hold"
+        run = str(run_id)
+        state, start_by, second = admitted_as(decision, now_ms, deadline_ms)
         rows.append(
             (
                 (
                     *(run, c.project_id, c.trigger_id, c.trigger_revision, task_id),
                     *(c.task_revision, str(c.execution_revision_id), at, key, now_ms),
-                    *(owner, token, NOMINAL_VERSION, "held" if held else "queued"),
-                    None if held or deadline_ms is None else now_ms + deadline_ms,
+                    *(owner, token, NOMINAL_VERSION, state, start_by),
                 ),
                 (str(attempt_id), run, now_ms),
-                (
-                    *(str(uuid.uuid4()), str(uuid.uuid4()), run, now_ms, owner),
-                    "run.held" if held else "run.queued",
-                ),
+                (str(uuid.uuid4()), str(uuid.uuid4()), run, now_ms, owner, second),
             )
         )
     return rows
 
 
-def _decisions(
-    conn: sqlite3.Connection, chunk: RequestChunk, policy: Overlap, asked: str | None
-) -> list[Decision]:
-    """What the trigger's policy (or the request's ``allow``) gives each occurrence."""
-    if asked == "allow" or not reads_runs(policy):
+def _decisions(conn: sqlite3.Connection, chunk: RequestChunk, policy: Overlap) -> list[Decision]:
+    """What the policy the request follows gives each occurrence."""
+    if not reads_runs(policy):
         return ["queue"] * len(chunk.occurrences)
     c = chunk.claim
     active, held = unfinished(conn, c.project_id, c.trigger_id)
@@ -173,13 +168,15 @@ def _admit_in(conn: sqlite3.Connection, chunk: RequestChunk, now_ms: int) -> Req
     if backfill and not chunk.occurrences and not chunk.done:
         conn.execute(query("request_wait"), (request, chunk.next_ms, now_ms))
         return RequestWaiting(*ids)
-    policy, deadline = sched[9], sched[10]
-    decisions = _decisions(conn, chunk, policy, fenced[6])
+    # The trigger's policy, unless the request was recorded with `allow`.
+    policy: Overlap = fenced[6] or sched[9]
+    deadline = sched[10]
+    decisions = _decisions(conn, chunk, policy)
     rows = _run_rows(chunk, task_id, now_ms, decisions, deadline)
     taken = insert_runs(conn, rows)
     skipped = decisions.count("skip")
     inserted = len(rows) - len(taken)
-    if policy == "cancel_other" and fenced[6] != "allow" and inserted:
+    if policy == "cancel_other" and inserted:
         new = [r[0][0] for r in rows if uuid.UUID(r[0][0]) not in taken]
         cancel_others(conn, c.project_id, c.trigger_id, new, now_ms, c.fence.owner)
     conn.execute(

@@ -12,8 +12,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from qlsched.core.outcomes import DigestPart, RevisionPart
+from qlsched.core.overlap import Decision
 from qlsched.core.specs import EXECUTOR
 from qlsched.sqlite.queries import query
+
+
+def admitted_as(
+    decision: Decision, now_ms: int, deadline_ms: int | None
+) -> tuple[str, int | None, str]:
+    """A new Run's state, start deadline and second event (after ``run.created``), as the
+    overlap policy decided it: a held Run gets its deadline when it is released, not now."""
+    if decision == "hold":
+        return "held", None, "run.held"
+    return "queued", None if deadline_ms is None else now_ms + deadline_ms, "run.queued"
 
 
 def execution_fault(

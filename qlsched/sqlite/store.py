@@ -50,7 +50,7 @@ from qlsched.sqlite.database import EdgeDatabase, rollback
 from qlsched.sqlite.errors import error_code
 from qlsched.sqlite.overlap import cancel_others, count_skipped, decide
 from qlsched.sqlite.queries import query
-from qlsched.sqlite.runs import RunRows, execution_fault, insert_runs
+from qlsched.sqlite.runs import RunRows, admitted_as, execution_fault, insert_runs
 from qlsched.sqlite.status import schedule_views
 
 
@@ -142,7 +142,7 @@ class _Round:
         claim = fire.claim
         decision = decide(self.conn, claim.overlap, claim.project_id, claim.trigger_id)
         if decision == "skip":
-            count_skipped(self.conn, claim.project_id, claim.trigger_id, 1)
+            count_skipped(self.conn, claim.project_id, claim.trigger_id)
         return decision
 
     def skipped(self, fire: FireRequest) -> OverlapSkipped:
@@ -158,8 +158,7 @@ class _Round:
         """The Run, Attempt and events rows of an admitted Fire."""
         claim, now = fire.claim, self.now_ms
         run_id = str(fire.run_id)
-        held = decision == "hold"
-        deadline = claim.start_deadline_ms
+        state, start_by, second = admitted_as(decision, now, claim.start_deadline_ms)
         run = (
             run_id,
             claim.project_id,
@@ -174,14 +173,11 @@ class _Round:
             claim.fence.owner,
             str(claim.fence.token),
             claim.fence.version,
-            "held" if held else "queued",
-            None if held or deadline is None else now + deadline,
+            state,
+            start_by,
         )
         attempt = (str(fire.attempt_id), run_id, now)
-        events = (
-            *(str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner),
-            "run.held" if held else "run.queued",
-        )
+        events = (str(uuid.uuid4()), str(uuid.uuid4()), run_id, now, claim.fence.owner, second)
         return run, attempt, events
 
     def insert(self, fires: Sequence[tuple[FireRequest, Decision]]) -> set[uuid.UUID]:

@@ -9,16 +9,16 @@ SELECT coalesce(sum(state IN ('queued', 'running')), 0), coalesce(sum(state = 'h
  WHERE project_id = ?1 AND trigger_id = ?2 AND state IN ('held', 'queued', 'running');
 
 -- name: count_overlap_skipped
--- ?3 occurrences the policy gave no Run. ?1 project, ?2 trigger.
-UPDATE trigger_schedules SET overlap_skipped_total = overlap_skipped_total + ?3
+-- A cron occurrence the policy gave no Run. ?1 project, ?2 trigger.
+UPDATE trigger_schedules SET overlap_skipped_total = overlap_skipped_total + 1
  WHERE project_id = ?1 AND trigger_id = ?2;
 
 -- name: others_unfinished
--- The trigger's other unfinished Runs not yet asked to cancel (cancel_other). ?1 project,
--- ?2 trigger, ?3 the new Run (kept).
+-- The trigger's unfinished Runs not yet asked to cancel (cancel_other: the caller keeps the
+-- new ones). ?1 project, ?2 trigger.
 SELECT run_id FROM runs
  WHERE project_id = ?1 AND trigger_id = ?2 AND state IN ('held', 'queued', 'running')
-   AND run_id <> ?3 AND cancel_requested = 0;
+   AND cancel_requested = 0;
 
 -- name: run_cancel
 -- A held or queued Run ends `cancelled` at once; a running one is asked to (its dispatcher
