@@ -1,8 +1,8 @@
 """The cluster's round: the shared engine (``qlsched.engine.round``) with leases.
 
 A ``Coordinator`` is a ``RoundEngine`` built from a replica's ``Config``: its owner, claim
-budget and lease, each validated when the Config was built. Claims are settled one by one
-and the round's Fires admitted in one batch while the lease holds.
+budget, catch-up budget and lease, each validated when the Config was built. Claims are
+settled one by one and the round's Fires admitted in one batch while the lease holds.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Coordinator(RoundEngine[Metrics]):
             store,
             owner=config.owner,
             budget=config.claim_budget,
+            max_budget=config.catch_up_budget,
             lease_ms=config.lease_ms,
             sink=sink,
             metrics=metrics,

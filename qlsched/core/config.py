@@ -49,6 +49,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     owner: str = ""
     """Required (1..200 characters); ``qlsched.settings`` fills in HOST-PID."""
     claim_budget: Annotated[int, Meta(ge=1, le=CLAIM_BUDGET_HARD_CAP)] = 16
+    catch_up_budget: Annotated[int, Meta(ge=1, le=CLAIM_BUDGET_HARD_CAP)] = CLAIM_BUDGET_HARD_CAP
+    """What a round may grow to while the replica catches up (each full, quick round
+    doubles the next, from ``claim_budget``); ``claim_budget`` itself turns growth off."""
     lease_ms: Annotated[int, Meta(ge=1_000, le=3_600_000)] = 30_000
     cadence_ms: Annotated[int, Meta(ge=10, le=600_000)] = 1_000
     stop_timeout_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 10_000
@@ -106,6 +109,10 @@ FLAGS: Final[Mapping[str, str]] = {
     "data_dir": "data directory of the local database (qlsched local)",
     "owner": "this replica's owner name (default HOST-PID)",
     "claim_budget": f"rows claimed per round ({_BUDGET}, default {_DEFAULTS['claim_budget']})",
+    "catch_up_budget": (
+        f"rows a round may grow to while catching up (claim budget..{CLAIM_BUDGET_HARD_CAP},"
+        f" default {_DEFAULTS['catch_up_budget']}; the claim budget turns growth off)"
+    ),
     "lease_ms": f"claim lease (default {_DEFAULTS['lease_ms']})",
     "cadence_ms": f"round cadence (default {_DEFAULTS['cadence_ms']})",
     "stop_timeout_ms": f"drain deadline on stop (default {_DEFAULTS['stop_timeout_ms']})",
@@ -180,6 +187,12 @@ def _problem(config: Config) -> tuple[str, tuple[str, ...]] | None:
         value = getattr(config, name)
         if not low <= value <= high:
             return f"{name}={value} is out of bounds {low}..{high}", (name,)
+    if config.catch_up_budget < config.claim_budget:
+        return (
+            f"catch_up_budget={config.catch_up_budget} must be at least "
+            f"claim_budget={config.claim_budget}",
+            ("catch_up_budget", "claim_budget"),
+        )
     for other in ("stop_timeout_ms", "cadence_ms"):
         if config.lease_ms <= getattr(config, other):
             return (

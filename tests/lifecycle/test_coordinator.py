@@ -379,6 +379,28 @@ async def test_a_round_that_outlives_its_lease_lets_go_and_claims_less(
     assert (await r.coordinator.run_round()).budget == 16
 
 
+async def test_only_a_quick_full_round_grows_the_next(autojump_clock: MockClock) -> None:
+    """Rule: a full round doubles the next only when it took under an eighth of the lease
+    (here 30 s / 8 = 3.75 s): a full round slowed to 4 s keeps the claim budget, the quick
+    ones after it grow 2 -> 4 -> 8 and stop at the catch-up budget."""
+    slow = [True]
+
+    async def slow_first_claim(called: str) -> None:
+        if called == "claim" and slow and slow.pop():
+            await trio.sleep(4)
+
+    store = MemoryStore(mock_now_ms, hook=slow_first_claim)
+    r = make_replica(store, claim_budget=2, catch_up_budget=8)
+    for i in range(40):
+        store.add_trigger("p", f"t{i:02}", "* * * * *", misfire_policy="fire_once")
+        store.set_cursor("p", f"t{i:02}", TICK_MS)
+
+    budgets = [(await r.coordinator.run_round()).budget for _ in range(5)]
+
+    assert budgets == [2, 2, 4, 8, 8]
+    assert len(store.runs) == 2 + 2 + 4 + 8 + 8
+
+
 async def test_a_slow_write_of_the_round_does_not_hold_its_admit(
     autojump_clock: MockClock,
 ) -> None:

@@ -102,9 +102,10 @@ async def test_rounds_never_overlap_under_a_slow_round(autojump_clock: MockClock
 
 async def test_catch_up_when_the_budget_is_used_up(autojump_clock: MockClock) -> None:
     """A round that claimed its whole budget is followed at once by the next; the first
-    round that claims less waits a cadence again."""
+    round that claims less waits a cadence again (growth off: catch-up budget = budget)."""
     probe = Probe()
-    r = make_replica(MemoryStore(mock_now_ms, hook=on("claim", probe)), claim_budget=4)
+    store = MemoryStore(mock_now_ms, hook=on("claim", probe))
+    r = make_replica(store, claim_budget=4, catch_up_budget=4)
     add_due(r.store, 10)
 
     await run_until(r, 4)
@@ -112,6 +113,24 @@ async def test_catch_up_when_the_budget_is_used_up(autojump_clock: MockClock) ->
     assert probe.starts == [0.0, 0.0, 0.0, 1.0]
     assert [n for m, n in r.store.calls if m == "admit"] == [4, 4, 2]
     assert len(r.store.runs) == 10
+
+
+async def test_catch_up_rounds_grow_to_the_catch_up_budget(autojump_clock: MockClock) -> None:
+    """Rule: each full round doubles the next, up to the catch-up budget, and the first
+    round that claims less brings the next back to the claim budget: 45 due rows with a
+    budget of 4 growing to 16 go in rounds of 4, 8, 16, 16 and 1, one after the other,
+    then the rounds on the cadence claim 4 again."""
+    probe = Probe()
+    store = MemoryStore(mock_now_ms, hook=on("claim", probe))
+    r = make_replica(store, claim_budget=4, catch_up_budget=16)
+    add_due(r.store, 45)
+
+    await run_until(r, 7)
+
+    assert [n for m, n in r.store.calls if m == "claim"] == [4, 8, 16, 16, 16, 4, 4]
+    assert [n for m, n in r.store.calls if m == "admit"] == [4, 8, 16, 16, 1]
+    assert probe.starts == [0.0] * 5 + [1.0, 2.0]
+    assert len(r.store.runs) == 45
 
 
 async def test_no_catch_up_when_every_claim_went_back(autojump_clock: MockClock) -> None:

@@ -45,6 +45,18 @@ def test_relations_between_options() -> None:
         Config(owner="r1", lease_ms=2_000, stop_timeout_ms=0, cadence_ms=2_000)
 
 
+def test_catch_up_budget_is_at_least_the_claim_budget() -> None:
+    """Rule: a round grows while catching up, never below where it starts: a catch-up budget
+    under the claim budget is refused, naming both options and where each came from; equal
+    turns growth off; the default grows to the hard cap."""
+    with pytest.raises(ConfigError, match="catch_up_budget=8 must be at least claim_budget=16"):
+        Config(owner="r1", catch_up_budget=8)
+    with pytest.raises(ConfigError, match=r"\(from environment QLSCHED_CATCH_UP_BUDGET, flag"):
+        load_config(env={"QLSCHED_CATCH_UP_BUDGET": "4"}, flags={"claim_budget": 8})
+    assert Config(owner="r1", claim_budget=8, catch_up_budget=8).catch_up_budget == 8
+    assert Config(owner="r1").catch_up_budget == 256
+
+
 def test_sources_override_in_order_and_are_named() -> None:
     """Rule: flags override the environment, which overrides defaults; an error names the
     source it came from."""
@@ -66,6 +78,7 @@ def test_every_run_flag_sets_the_config_field_it_is_named_after() -> None:
         "data_dir": "data",
         "owner": "o1",
         "claim_budget": "7",
+        "catch_up_budget": "9",
         "lease_ms": "40000",
         "cadence_ms": "500",
         "stop_timeout_ms": "1000",
