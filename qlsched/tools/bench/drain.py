@@ -25,7 +25,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
-from qlsched.tools.bench.replicas import Replica
+from qlsched.tools.bench.replicas import WARM_TIMEOUT_S, Replica, wait_warm
 from qlsched.tools.bench.results import DrainResult, Lag, ratio
 from qlsched.tools.bench.scale_results import Progress
 from qlsched.tools.bench.session import BenchSession
@@ -96,7 +96,8 @@ async def _drain(session: BenchSession, *, same_tick: bool, hooks: DrainHooks) -
     if hooks.loaded is not None:
         await hooks.loaded()
     replicas = await session.start_replicas(o.replicas)
-    await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
+    if not await wait_warm(replicas, WARM_ROUNDS):
+        session.note(f"{o.replicas} replicas still busy {WARM_TIMEOUT_S:.0f} s after their start")
     before = await session.admit_counts(replicas)
     cpu_before = _cpu(replicas)
     if hooks.polled is not None:

@@ -19,6 +19,7 @@ from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.flood import FloodCount, flood
+from qlsched.tools.bench.replicas import WARM_TIMEOUT_S, wait_warm
 from qlsched.tools.bench.results import SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT
@@ -69,7 +70,8 @@ async def steady(
 
     await session.call(load)
     replicas = await session.start_replicas(o.replicas)
-    await trio.sleep(WARM_ROUNDS * o.replica.cadence_ms / 1000)
+    if not await wait_warm(replicas, WARM_ROUNDS):
+        session.note(f"{o.replicas} replicas still busy {WARM_TIMEOUT_S:.0f} s after their start")
     before = await session.admit_counts(replicas)
     start = await session.db_now_ms() + LEAD_MS
     cursors = [next_after(parse_cron(c), start - 1) for c in expressions]
