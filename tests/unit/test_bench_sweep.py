@@ -9,8 +9,8 @@ from qlsched.tools.bench.results import CeilingResult, DrainResult
 from qlsched.tools.bench.sweep import SweepPoint, parse_counts, sweep_targets
 
 
-def _point(replicas: int, rate: float, retries: float = 0.0) -> SweepPoint:
-    drain = msgspec.convert(
+def _drain(rate: float, retries: float = 0.0) -> DrainResult:
+    return msgspec.convert(
         {
             "triggers": 1000,
             "cron": "0 0 1 1 *",
@@ -21,8 +21,8 @@ def _point(replicas: int, rate: float, retries: float = 0.0) -> SweepPoint:
             "duplicates": 0,
             "lost": 0,
             "malformed": 0,
-            "ssi_retries": 0,
-            "admit_statements": 10,
+            "ssi_retries": round(retries * 100),
+            "admit_statements": 100,
             "ssi_retry_ratio": retries,
             "lag_ms": None,
             "diagnostics": {},
@@ -30,6 +30,9 @@ def _point(replicas: int, rate: float, retries: float = 0.0) -> SweepPoint:
         },
         DrainResult,
     )
+
+
+def _point(replicas: int, rate: float, retries: float = 0.0) -> SweepPoint:
     ceiling = msgspec.convert(
         {
             "pair_occurrences_per_s": 1.0,
@@ -47,7 +50,9 @@ def _point(replicas: int, rate: float, retries: float = 0.0) -> SweepPoint:
         },
         CeilingResult,
     )
-    return SweepPoint(replicas=replicas, drain=drain, ceiling=ceiling, retries_exhausted=0)
+    return SweepPoint(
+        replicas=replicas, drain=_drain(rate, retries), ceiling=ceiling, retries_exhausted=0
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,3 +88,24 @@ def test_a_fall_when_the_replicas_double_is_a_cliff() -> None:
     rising = sweep_targets([_point(4, 100), _point(8, 150), _point(16, 160)])
     assert (rising["no_cliff"].met, rising["largest_vs_4"].met) == (True, True)
     assert rising["sweep_ssi_retries"].met is True
+
+
+def test_each_count_is_judged_on_the_better_of_its_two_drains() -> None:
+    """Rule: a count's point keeps its faster drain as the judged one and the other beside
+    it, whichever pass was faster; retries count over both drains; a slow second drain of
+    8 does not make a cliff that its first drain does not show."""
+    from qlsched.tools.bench.sweep import judged_point as point
+
+    four = _point(4, 100)
+    slow_first = point(8, _drain(90), four.ceiling, _drain(120, retries=0.02))
+    assert slow_first.drain.occurrences_per_s == 120
+    assert slow_first.other is not None
+    assert slow_first.other.occurrences_per_s == 90
+    fast_first = point(8, _drain(120), four.ceiling, _drain(90))
+    assert fast_first.drain.occurrences_per_s == 120
+    judged = sweep_targets([four, fast_first])
+    assert judged["no_cliff"].met is True
+    assert judged["sweep_ssi_retries"].met is True
+    retried = sweep_targets([four, slow_first])
+    assert retried["sweep_ssi_retries"].met is False
+    assert "8: 1.00%" in retried["sweep_ssi_retries"].measured
