@@ -38,7 +38,13 @@ DEFAULT_REPLICA = ReplicaSettings(
 )
 
 
-async def on_time(session: BenchSession, *, triggers: int = ON_TIME_TRIGGERS) -> OnTimeResult:
+async def on_time(
+    session: BenchSession,
+    *,
+    triggers: int = ON_TIME_TRIGGERS,
+    burst_per_s: float | None = None,
+) -> OnTimeResult:
+    """The phase; ``burst_per_s``: the same run's burst drain, this machine's floor."""
     base = session.options
     n = min(triggers, base.triggers) if base.quick else triggers
     seconds = base.seconds
@@ -47,7 +53,8 @@ async def on_time(session: BenchSession, *, triggers: int = ON_TIME_TRIGGERS) ->
         session.note(
             f"on_time: {n:,} every-second triggers, {ON_TIME_REPLICAS} replicas at the default"
             f" settings (cadence {DEFAULT_REPLICA.cadence_ms} ms, budget"
-            f" {DEFAULT_REPLICA.claim_budget}), {seconds} s"
+            f" {DEFAULT_REPLICA.claim_budget} growing to {_DEFAULTS.catch_up_budget}),"
+            f" {seconds} s"
         )
 
         async def load(conn: Connection) -> None:
@@ -92,6 +99,8 @@ async def on_time(session: BenchSession, *, triggers: int = ON_TIME_TRIGGERS) ->
         replicas=ON_TIME_REPLICAS,
         cadence_ms=DEFAULT_REPLICA.cadence_ms,
         claim_budget=DEFAULT_REPLICA.claim_budget,
+        catch_up_budget=_DEFAULTS.catch_up_budget,
         lag_ms=lag,
         stop_problems=problems,
+        burst_per_s=burst_per_s if base.replicas == ON_TIME_REPLICAS else None,
     )

@@ -86,6 +86,17 @@ class OnTimeResult(WindowCounts, frozen=True, kw_only=True):
     lag_ms: Lag
     """Admitted minus due (database time), over the window's occurrences."""
     stop_problems: list[str]
+    catch_up_budget: int | None = None
+    burst_per_s: float | None = None
+    """The same run's burst drain (as many replicas, tuned): no tick of ``triggers`` rows
+    due at one instant is admitted faster on this machine, so its k-th row waits at least
+    ``k / burst_per_s`` (``floor_ms``)."""
+
+    def floor_ms(self, share: float) -> float | None:
+        """The least lag the row at ``share`` (0.5: the median) of one tick can have."""
+        if not self.burst_per_s:
+            return None
+        return share * self.triggers / self.burst_per_s * 1000
 
 
 class PublishUnderLoad(msgspec.Struct, frozen=True, kw_only=True):

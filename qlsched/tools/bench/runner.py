@@ -99,7 +99,7 @@ async def run_bench(
         work = await timed("worker", worker_throughput(session))
         steady_result = await timed("steady", steady(session))
         steady_http = await timed("steady_http", steady(session, http_clients=FLOOD_CLIENTS))
-        punctual = await timed("on_time", on_time(session))
+        punctual = await timed("on_time", on_time(session, burst_per_s=drain.occurrences_per_s))
         claims, rss = await timed("scale", scale(session))
         published = await timed("publish", publish_cost(session))
         under_load = await timed("publish_load", publish_under_load(session))
