@@ -295,7 +295,12 @@ async def test_sigstop_past_lease_late_admit_is_refused_by_the_fence(
             cadence_ms=FAST_CADENCE_MS,
             http=True,
         )
-        others = [replica(gate, f"r-{n}", tmp_path) for n in ("a", "b")]
+        # One row a round for the others: every replica wakes when the rows fall due, and
+        # under load the victim's claim, one proxy hop behind, could otherwise find none
+        # for longer than the wait below (seen once in a full run). Catching up, they still
+        # take the held rows over one after the other once the lease runs out.
+        one_a_round = {"QLSCHED_CLAIM_BUDGET": "1", "QLSCHED_CATCH_UP_BUDGET": "1"}
+        others = [replica(gate, f"r-{n}", tmp_path, extra_env=one_a_round) for n in ("a", "b")]
         async with running_replicas([victim, *others]):
             assert victim.http_port is not None
             before = await scrape_metrics(victim.http_port)
