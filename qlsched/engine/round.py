@@ -16,8 +16,8 @@ for the round's duration.
 
 Invariants of a round:
 
-- exactly one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the claim budget
-  (hard cap 256);
+- exactly one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the round's budget
+  (the claim budget; more while catching up, ``_next_budget``; hard cap 256);
 - each claim is settled in its own task in a nursery the round opens, so the round returns
   only when every claim task has ended: rounds cannot overlap by construction;
 - Run and Attempt ids are minted (``keys.fire_request``) only for a ``Fire`` decision;
