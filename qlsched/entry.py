@@ -79,12 +79,21 @@ def main() -> int:
         from qlsched.cli import main as command_main
 
         code = command_main()
+        # Still inside the try: a signal that arrived as the command returned (its handler
+        # runs at the next line Python executes; seen once: Trio re-raising a SIGINT left
+        # pending in a receiver) is caught here, not raised past this function as a bare
+        # KeyboardInterrupt, which Python turns into death by SIGINT (exit -2). Once
+        # ignored, a signal that already arrived runs no handler at all.
+        _ignore_signals()
     except BaseException as exc:
         if not interrupted(exc):
             raise
         code = 130
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _ignore_signals()
         print("qlsched: interrupted", file=sys.stderr, flush=True)  # noqa: T201
+    return code
+
+
+def _ignore_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return code
