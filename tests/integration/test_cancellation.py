@@ -216,8 +216,20 @@ class Rig:
         async def backends_idle() -> bool:
             return await self.su.busy_runtime_backends() == []
 
+        async def discarded_gone() -> bool:
+            # A connection a cut call discarded can still hold a statement the server has
+            # not read yet (its backend shows idle): it runs, may commit, and only then
+            # finds the socket closed. Seen once (PostgreSQL 15, a loaded machine): an
+            # admit committed between this check and the reads below. Its backend is gone
+            # once it has ended, so wait for the pools' own connections only.
+            size = sum(db.statistics().size for db in (self.claim_db, self.admit_db))
+            return len(await self.su.runtime_backends()) <= size
+
         await wait_until(pools_idle, timeout_s=SETTLE_S, what=f"pools idle ({where})")
         await wait_until(backends_idle, timeout_s=SETTLE_S, what=f"no busy backend ({where})")
+        await wait_until(
+            discarded_gone, timeout_s=SETTLE_S, what=f"discarded backends gone ({where})"
+        )
 
     async def assert_consistent(self, seeded: Seeded, where: str) -> list[str]:
         """Each row whole: claim cleared or still ours and live; settles and admits all or
