@@ -201,8 +201,10 @@ async def set_cursors(conn: Connection, cursors: Sequence[int]) -> int:
 
 async def vacuum(conn: Connection) -> None:
     """VACUUM (ANALYZE) the trigger and schedule tables (not inside a transaction), then a
-    CHECKPOINT: measured on a sweep, a checkpoint that fell inside a later step's drain (and
-    the full-page images after it) cost that step 10-20 % of its rate."""
+    CHECKPOINT, so that every measured phase starts from the same WAL state and no
+    checkpoint the load made due falls inside it. (Suspected, in a sweep whose later steps
+    drained 10-20 % slower; the checkpoint alone did not remove that, the replicas'
+    start-up did: ``replicas.wait_warm``.)"""
     await conn.execute(tool_query("bench_vacuum"))
     await conn.execute(tool_query("bench_checkpoint"))
 

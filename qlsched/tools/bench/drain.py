@@ -25,7 +25,7 @@ import trio
 from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
-from qlsched.tools.bench.replicas import WARM_TIMEOUT_S, Replica, wait_warm
+from qlsched.tools.bench.replicas import Replica
 from qlsched.tools.bench.results import DrainResult, Lag, ratio
 from qlsched.tools.bench.scale_results import Progress
 from qlsched.tools.bench.session import BenchSession
@@ -37,7 +37,6 @@ TICK = "*/5 * * * * *"
 TICK_LEAD_MS = 1_000
 """The shared tick is at least this far ahead when the cursors move to it."""
 LARGEST_GRACE_MS = 86_400_000
-WARM_ROUNDS = 3
 """Cadences to let the replicas run empty rounds before the rows move."""
 PROGRESS_S = 2.0
 
@@ -95,9 +94,7 @@ async def _drain(session: BenchSession, *, same_tick: bool, hooks: DrainHooks) -
         session.note(f"{label}: the previous phase's {n:,} triggers reused")
     if hooks.loaded is not None:
         await hooks.loaded()
-    replicas = await session.start_replicas(o.replicas)
-    if not await wait_warm(replicas, WARM_ROUNDS):
-        session.note(f"{o.replicas} replicas still busy {WARM_TIMEOUT_S:.0f} s after their start")
+    replicas = await session.start_warm_replicas(o.replicas)
     before = await session.admit_counts(replicas)
     cpu_before = _cpu(replicas)
     if hooks.polled is not None:

@@ -109,13 +109,15 @@ async def wait_started(replicas: list[Replica]) -> None:
     await fleet.wait_started(replicas, START_TIMEOUT_S)
 
 
+WARM_ROUNDS = 3
+"""Rounds every replica ends before a measurement starts (``wait_warm``)."""
 WARM_TIMEOUT_S = 20.0
 QUIET_CPU_PER_REPLICA = 0.05
 """A warm replica idles below this share of one CPU (its start-up work is done)."""
 QUIET_WINDOW_S = 0.25
 
 
-async def wait_warm(replicas: list[Replica], rounds: int) -> bool:
+async def wait_warm(replicas: list[Replica], rounds: int = WARM_ROUNDS) -> bool:
     """Until every replica has ended ``rounds`` rounds and together they idle (CPU below
     ``QUIET_CPU_PER_REPLICA`` each over ``QUIET_WINDOW_S``), at most ``WARM_TIMEOUT_S``.
 

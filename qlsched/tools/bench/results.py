@@ -345,5 +345,5 @@ def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     return sorted_values[rank - 1]
 
 
-def ratio(part: float | None, whole: float) -> float | None:
+def ratio(part: float | None, whole: float | None) -> float | None:
     return part / whole if part is not None and whole else None

@@ -24,12 +24,14 @@ from qlsched.postgres.pool import Connection, Database
 from qlsched.tools import bench_data
 from qlsched.tools.audit import AuditReport, audit_exactly_once
 from qlsched.tools.bench.replicas import (
+    WARM_TIMEOUT_S,
     Fleet,
     Replica,
     ReplicaSettings,
     metrics,
     stop,
     wait_started,
+    wait_warm,
 )
 from qlsched.tools.bench.results import Lag
 from qlsched.tools.bench.window_results import WindowCounts
@@ -180,6 +182,14 @@ class BenchSession:
     async def start_replicas(self, count: int) -> list[Replica]:
         replicas = [self.fleet.spawn(self.runtime_dsn, self.options.replica) for _ in range(count)]
         await wait_started(replicas)
+        return replicas
+
+    async def start_warm_replicas(self, count: int) -> list[Replica]:
+        """``start_replicas``, then until they are warm (``wait_warm``): what a measured
+        drain or window starts from. A fleet still busy at the timeout is noted."""
+        replicas = await self.start_replicas(count)
+        if not await wait_warm(replicas):
+            self.note(f"{count} replicas still busy {WARM_TIMEOUT_S:.0f} s after their start")
         return replicas
 
     async def stop_replicas(self, replicas: list[Replica]) -> list[str]:

@@ -19,7 +19,6 @@ from qlsched.core.cron import next_after, parse_cron
 from qlsched.postgres.pool import Connection
 from qlsched.tools import bench_data
 from qlsched.tools.bench.flood import FloodCount, flood
-from qlsched.tools.bench.replicas import WARM_TIMEOUT_S, wait_warm
 from qlsched.tools.bench.results import SteadyResult, ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench_data import PROJECT
@@ -28,7 +27,6 @@ from qlsched.tools.fleet import check_alive
 OFFSETS = 60
 LEAD_MS = 1_000
 SETTLE_MS = 1_000
-WARM_ROUNDS = 3
 PROGRESS_S = 5.0
 
 
@@ -69,9 +67,7 @@ async def steady(
         await bench_data.load_not_due(conn, n, crons=expressions, misfire="skip", grace_ms=60_000)
 
     await session.call(load)
-    replicas = await session.start_replicas(o.replicas)
-    if not await wait_warm(replicas, WARM_ROUNDS):
-        session.note(f"{o.replicas} replicas still busy {WARM_TIMEOUT_S:.0f} s after their start")
+    replicas = await session.start_warm_replicas(o.replicas)
     before = await session.admit_counts(replicas)
     start = await session.db_now_ms() + LEAD_MS
     cursors = [next_after(parse_cron(c), start - 1) for c in expressions]

@@ -20,6 +20,7 @@ import msgspec
 from qlsched.tools.bench.ceiling import ceiling
 from qlsched.tools.bench.drain import burst
 from qlsched.tools.bench.results import CeilingResult, DrainResult, Target
+from qlsched.tools.bench.results import ratio as drain_ratio
 from qlsched.tools.bench.session import BenchSession
 from qlsched.tools.bench.targets import maybe, rate
 
@@ -144,10 +145,6 @@ def _retry_ratio(drains: list[DrainResult]) -> float | None:
     return sum(d.ssi_retries for d in drains) / statements if statements else None
 
 
-def _ratio(drain: float | None, ceiling_rate: float | None) -> float | None:
-    return drain / ceiling_rate if drain is not None and ceiling_rate else None
-
-
 def render_sweep(report: SweepReport, machine: str) -> str:
     head = (
         f"{'replicas':>8} {'drain/s':>10} {'other/s':>10} {'ceiling/s':>10} {'÷ceiling':>8}"
@@ -161,7 +158,7 @@ def render_sweep(report: SweepReport, machine: str) -> str:
     for p in report.points:
         batch = p.ceiling.batch
         ceiling_rate = None if batch is None else batch.occurrences_per_s
-        ratio = _ratio(p.drain.occurrences_per_s, ceiling_rate)
+        ratio = drain_ratio(p.drain.occurrences_per_s, ceiling_rate)
         other = None if p.other is None else p.other.occurrences_per_s
         dup = sum(d.duplicates for d in p.drains)
         lost = sum(d.lost for d in p.drains)
