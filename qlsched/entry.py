@@ -8,7 +8,9 @@ interrupt (``run`` and ``edge run`` watch both signals themselves and stop in or
 command stopped by a service manager unwinds as for Ctrl-C: a local database it was
 starting is stopped and its half-made data directory removed, and the start lock is
 released. Once the command has its exit code, further signals are ignored: the exit is
-already under way and bounded.
+already under way and bounded. A KeyboardInterrupt that lands where Python cannot raise it
+(a garbage-collected object's callback) is dropped without Python's "Exception ignored"
+report: the interrupt that counts is the one that can unwind the command.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Final
 
@@ -70,8 +73,35 @@ def _load_command() -> tuple[bool, str | None]:
     return bool(noted), name
 
 
+def _quiet_unraisable_interrupt(
+    previous: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], None]:
+    """``sys.unraisablehook`` that drops a KeyboardInterrupt and passes the rest on. Why:
+    a second Ctrl-C 54 ms after the first landed in an import lock's weakref callback, run
+    by the garbage collector as the command unwound, and Python printed its report of an
+    unraisable exception (five lines naming ``_get_module_lock``) before ``qlsched:
+    interrupted``. Such an interrupt cannot unwind anything; a first one lost there lets
+    the command finish as if it never came, as Python does too, with its report."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def main() -> int:
     signal.signal(signal.SIGTERM, _term_as_interrupt)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable_interrupt(previous_hook)
+    try:
+        return _main()
+    finally:  # signals are ignored by now: no interrupt can be raised after this
+        sys.unraisablehook = previous_hook
+
+
+def _main() -> int:
     try:
         interrupted_while_loading, _ = _load_command()
         if interrupted_while_loading:
