@@ -199,7 +199,11 @@ async def _create_pool(
         max_size=max_size,
         server_settings=server_settings,
         timeout=connect_timeout,
-        max_inactive_connection_lifetime=300.0,
+        # Off: asyncpg arms a timer at every release to close a connection idle this long,
+        # and cancels it at the next acquire; trio-asyncio's loop keeps a cancelled timer
+        # until it would have fired, so a 300 s lifetime held every call's timer (and its
+        # context) for five minutes: a replica's memory grew with its work.
+        max_inactive_connection_lifetime=0,
     )
 
 
