@@ -27,6 +27,7 @@ from typing import IO, Final
 import msgspec
 import trio
 
+from qlsched.allocator import hold_mmap_threshold
 from qlsched.cluster.root import ClusterControl, open_cluster_control
 from qlsched.commands._common import fail, run_command
 from qlsched.commands._local import local_dsn
@@ -216,6 +217,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    hold_mmap_threshold()  # a long-running process: its memory must not creep (allocator)
     try:
         config = load_config(
             file=args.config or os.environ.get("QLSCHED_CONFIG"), flags=given_flags(args)

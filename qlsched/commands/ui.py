@@ -62,12 +62,14 @@ def main(args: argparse.Namespace) -> int:
     # must not load Trio or asyncpg (``PRELOAD`` has them loaded before main runs).
     import trio
 
+    from qlsched.allocator import hold_mmap_threshold
     from qlsched.commands._common import fail, run_command
     from qlsched.commands._local import local_dsn
     from qlsched.commands.run import CannotListen, check_listen
     from qlsched.signals import watch_signals
     from qlsched.ui.security import Tokens, is_loopback
 
+    hold_mmap_threshold()  # a long-running process: its memory must not creep (allocator)
     address = _address(args.http)
     if address is None:
         return fail("ui", f"--http: {args.http!r} is not HOST:PORT", 2)

@@ -22,6 +22,7 @@ from functools import partial
 import msgspec
 import trio
 
+from qlsched.allocator import hold_mmap_threshold
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import ConfigError
@@ -117,6 +118,8 @@ def _http(value: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    hold_mmap_threshold()  # a long-running process: its memory must not creep (allocator)
+
     async def body() -> int:
         dsn = args.dsn or os.environ.get(DSN_ENV)
         config = config_of(args, dsn or "postgresql://unused")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from qlsched.allocator import hold_mmap_threshold
 from qlsched.edge.root import EdgeRun, run_edge
 from qlsched.edge.settings import (
     EDGE_CADENCE_MS,
@@ -41,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, db_help: str) -> None:
 
 
 def run(args: argparse.Namespace, db: str) -> int:
+    hold_mmap_threshold()  # a long-running process: its memory must not creep (allocator)
     given: dict[str, Any] = {
         name: value
         for name in ("cadence_ms", "claim_budget", "owner")
