@@ -4,20 +4,27 @@ The key is a pure function of (trigger, revision, scheduled_for) and ``scheduled
 always the durable cursor, so a takeover replica computes the same key for the same
 occurrence.
 
-Ids are version-4 UUIDs whose first 32 bits name the replica that mints them (a hash of its
-owner id) and whose other 90 free bits are random. Why: the attempts -> runs and run_events
--> runs foreign keys make every admit read the ``runs_pkey`` leaf pages its new Runs went
-into, and under SERIALIZABLE that read is a page-level predicate lock. Time-ordered ids put
-every replica on the rightmost page; fully random ids scatter every replica over every
-page, so concurrent admits of different replicas keep landing on each other's locked pages
-and retrying, more so the more replicas run. A prefix per replica keeps each replica's Runs
-in its own stretch of the index (docs/performance.md).
+Ids are UUIDs (version 8: a layout of our own) whose first 32 bits name the replica that
+mints them (a hash of its owner id) and whose other 90 free bits count up within the process
+from a random start. Why: the attempts -> runs and run_events -> runs foreign keys make every
+admit read the ``runs_pkey`` leaf pages its new Runs went into, and under SERIALIZABLE each
+such read is a page-level predicate lock. Time-ordered ids put every replica on the one
+rightmost page; fully random ids scatter every replica over every page, so concurrent admits
+of different replicas land on each other's locked pages and retry. A prefix per replica
+keeps each replica's Runs in its own stretch of the index, and counting within it keeps one
+admit's Runs on one or two leaf pages: with random bits there, a 256-Run admit read about
+one leaf page per Run, and past 32 pages of one index PostgreSQL replaces a transaction's
+page locks with one lock on the whole index (``max_pred_locks_per_relation``), which every
+other admit's inserts then conflict with (seen in every 2-replica burst; docs/performance.md).
+A restarted replica starts counting elsewhere in its stretch: ids stay distinct (90 bits
+from a random start) and no clock is read.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import secrets
 import uuid
 
@@ -38,10 +45,13 @@ def manual_key(trigger_id: str, trigger_revision: int, request_id: uuid.UUID) ->
     return f"{MANUAL_KEY_PREFIX}:{trigger_id}:{trigger_revision}:{request_id}"
 
 
-_VERSION_4 = (0x4 << 76) | (0x2 << 62)
-"""The version (4) and RFC 4122 variant bits of a UUID's integer."""
-_FREE_96 = ((1 << 96) - 1) & ~((0xF << 76) | (0x3 << 62))
-"""The low 96 bits less the version and variant bits: the 90 random bits."""
+_VERSION_8 = (0x8 << 76) | (0x2 << 62)
+"""The version (8, a custom layout) and RFC 9562 variant bits of a UUID's integer."""
+_LOW_62 = (1 << 62) - 1
+_MID_12 = (1 << 12) - 1
+_COUNTER_BITS = 90
+_counter = itertools.count(secrets.randbits(_COUNTER_BITS - 1))
+"""This process's ids, counted from a random start below half the range: never wraps."""
 
 
 def replica_prefix(owner: str) -> bytes:
@@ -56,11 +66,18 @@ def _prefix_bits(owner: str) -> int:
     return int.from_bytes(replica_prefix(owner), "big") << 96
 
 
+def _spread(n: int) -> int:
+    """A 90-bit count in the free bits, in order (low 62, then 12 above the variant, then
+    16 above the version): a larger count is a larger id."""
+    return (n & _LOW_62) | (((n >> 62) & _MID_12) << 64) | ((n >> 74) << 80)
+
+
 def new_id(owner: str | None = None) -> uuid.UUID:
-    """A version-4 UUID; with ``owner``, its first four bytes are the owner's prefix."""
+    """With ``owner``: the owner's prefix, then this process's next count (version 8).
+    Without: a random version-4 UUID."""
     if owner is None:
         return uuid.uuid4()
-    return uuid.UUID(int=_prefix_bits(owner) | (secrets.randbits(96) & _FREE_96) | _VERSION_4)
+    return uuid.UUID(int=_prefix_bits(owner) | _spread(next(_counter)) | _VERSION_8)
 
 
 def fire_request(claim: Claim, fire: Fire) -> FireRequest:

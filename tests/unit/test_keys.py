@@ -27,13 +27,13 @@ def test_manual_key_format() -> None:
 
 
 def test_same_occurrence_same_key_new_ids() -> None:
-    """Rule: two replicas deciding the same claim mint different Run/Attempt ids (random v4)
-    and the same key; the Fire's fields pass through unchanged."""
+    """Rule: two replicas deciding the same claim mint different Run/Attempt ids and the
+    same key; the Fire's fields pass through unchanged."""
     fire = Fire(scheduled_for_ms=CLAIM.cursor_ms or 0, next_ms=10**13, coalesced=4)
     a, b = fire_request(CLAIM, fire), fire_request(CLAIM, fire)
     assert a.idempotency_key == b.idempotency_key == idempotency_key("t", 3, fire.scheduled_for_ms)
     assert len({a.run_id, a.attempt_id, b.run_id, b.attempt_id}) == 4
-    assert all(isinstance(i, uuid.UUID) and i.version == 4 for i in (a.run_id, a.attempt_id))
+    assert all(isinstance(i, uuid.UUID) and i.version == 8 for i in (a.run_id, a.attempt_id))
     assert (a.scheduled_for_ms, a.next_ms, a.coalesced, a.claim) == (
         fire.scheduled_for_ms,
         10**13,
@@ -42,23 +42,39 @@ def test_same_occurrence_same_key_new_ids() -> None:
     )
 
 
-def test_ids_of_one_replica_share_its_prefix_and_stay_version_4() -> None:
+def test_ids_of_one_replica_share_its_prefix_and_count_up() -> None:
     """Rule: ids minted for an owner start with that owner's four-byte prefix (so one
     replica's Runs sit together in the runs index and concurrent admits of different
-    replicas do not lock each other's pages), are version-4 UUIDs with 90 random bits, and
-    are distinct; two owners get different prefixes; without an owner, plain uuid4."""
+    replicas do not lock each other's pages) and then count up: each is larger than the
+    last (so one admit's Runs share one or two leaf pages), version 8 with the RFC variant;
+    two owners get different prefixes; without an owner, a random version-4 UUID."""
     from qlsched.core.keys import new_id, replica_prefix
 
     a = [new_id("replica-a") for _ in range(1000)]
     b = new_id("replica-b")
     assert {x.bytes[:4] for x in a} == {replica_prefix("replica-a")}
     assert b.bytes[:4] == replica_prefix("replica-b") != replica_prefix("replica-a")
-    assert all(x.version == 4 and x.variant == uuid.RFC_4122 for x in [*a, b])
+    assert all(x.version == 8 and x.variant == uuid.RFC_4122 for x in [*a, b])
+    assert a == sorted(a)
     assert len(set(a)) == 1000
-    # Every one of the 90 free bits varies over the thousand ids; no other bit does.
-    varying = 0
-    for x in a:
-        varying |= x.int ^ a[0].int
-    assert bin(varying).count("1") == 90
-    assert varying >> 96 == 0
+    # As PostgreSQL orders uuids (bytewise): each id is the next one of its stretch.
+    assert [x.bytes for x in a] == sorted(x.bytes for x in a)
     assert new_id().version == 4
+
+
+def test_the_count_fills_the_free_bits_in_order() -> None:
+    """Rule: the 90 bits below the prefix, less the version and variant, hold the count,
+    its low bits lowest: a carry out of the low 62 bits (or the next 12) still yields a
+    larger id, and no count touches the prefix, version or variant."""
+    from qlsched.core import keys
+
+    ids = [
+        uuid.UUID(int=keys._spread(n) | keys._VERSION_8)
+        for n in (0, (1 << 62) - 1, 1 << 62, (1 << 74) - 1, 1 << 74, (1 << 90) - 1)
+    ]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(x.version == 8 and x.variant == uuid.RFC_4122 for x in ids)
+    top = keys._spread((1 << 90) - 1)
+    assert top >> 96 == 0
+    assert bin(top).count("1") == 90

@@ -1,0 +1,75 @@
+"""A batch admit's predicate locks stay on pages; never one lock on a whole index (issue
+#27 item 2).
+
+Under SERIALIZABLE, PostgreSQL replaces a transaction's page-level SIRead locks on one
+relation by a single lock on the relation once they pass ``max_pred_locks_per_relation``
+(32 with the defaults). The admit's foreign-key checks (attempts and events -> runs) read
+the ``runs_pkey`` leaf page of each new Run: with random ids below the replica's prefix, a
+256-Run admit read about one page per Run once the replica's stretch of the index was
+large, and every 2-replica burst of the bench showed admits holding a lock on the whole of
+``runs_pkey``, which every other admit's inserts then conflict with. Ids that count up
+(``qlsched.core.keys``) keep a batch's Runs on one or two leaf pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from qlsched.core.keys import fire_request
+from qlsched.core.outcomes import Admitted, Decision, Fire
+from tests.integration.adapter_support import Env, decision_for, one_project, open_env
+from tests.support.pg import TestDatabase
+
+BATCH = 256
+HISTORY_ROUNDS = 48
+"""Admits of BATCH before the one inspected: about 12,000 Runs of the replica, a stretch of
+runs_pkey well past 32 leaf pages."""
+RUNS_PKEY_PAGES_MAX = 4
+"""One leaf page, or a few where a page split falls inside the batch."""
+
+
+@pytest.fixture
+async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
+    async with open_env(pg_db) as opened:
+        yield opened
+
+
+def _fire(decision: Decision) -> Fire:
+    assert isinstance(decision, Fire), decision
+    return decision
+
+
+async def _admit_round(env: Env, age_ms: int) -> None:
+    await env.make_due(age_ms=age_ms)
+    claims = await env.store.claim("r1", BATCH, 30_000)
+    assert len(claims) == BATCH
+    # Decided as at each cursor: on time, so every row fires (the minutes-old cursors
+    # would be misfires now).
+    fires = [fire_request(c, _fire(decision_for(c, now_ms=c.cursor_ms))) for c in claims]
+    outcomes = await env.store.admit(fires)
+    assert all(isinstance(o, Admitted) for o in outcomes), outcomes[:3]
+
+
+async def test_a_batch_admit_never_locks_the_whole_runs_index(env: Env) -> None:
+    """Rule: with a large history of the replica's own Runs, one 256-Run admit holds no
+    relation-level SIRead lock on any table or index, and at most a few page-level ones on
+    ``runs_pkey`` (read while an older serializable transaction keeps the committed
+    admit's locks alive)."""
+    await env.publish(one_project(BATCH))
+    # Each round's cursor a minute earlier than the last: new occurrences, new Runs.
+    for i in range(HISTORY_ROUNDS):
+        await _admit_round(env, age_ms=(HISTORY_ROUNDS + 2 - i) * 60_000)
+    older = await env.connect()
+    await older.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+    await older.fetchval("SELECT 1")  # its snapshot: the admit below overlaps it
+    await _admit_round(env, age_ms=60_000)
+    locks = await env.su(
+        "SELECT relation::regclass::text AS rel, locktype, count(*) AS n FROM pg_catalog.pg_locks"
+        " WHERE mode = 'SIReadLock' GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    await older.execute("ROLLBACK")
+    held = {(r["rel"], r["locktype"]): r["n"] for r in locks}
+    assert not [k for k in held if k[1] == "relation"], held
+    assert 0 < held.get(("qlsched.runs_pkey", "page"), 0) <= RUNS_PKEY_PAGES_MAX, held
