@@ -5,19 +5,20 @@ always the durable cursor, so a takeover replica computes the same key for the s
 occurrence.
 
 Ids are UUIDs (version 8: a layout of our own) whose first 32 bits name the replica that
-mints them (a hash of its owner id) and whose other 90 free bits count up within the process
-from a random start. Why: the attempts -> runs and run_events -> runs foreign keys make every
-admit read the ``runs_pkey`` leaf pages its new Runs went into, and under SERIALIZABLE each
-such read is a page-level predicate lock. Time-ordered ids put every replica on the one
-rightmost page; fully random ids scatter every replica over every page, so concurrent admits
-of different replicas land on each other's locked pages and retry. A prefix per replica
-keeps each replica's Runs in its own stretch of the index, and counting within it keeps one
-admit's Runs on one or two leaf pages: with random bits there, a 256-Run admit read about
-one leaf page per Run, and past 32 pages of one index PostgreSQL replaces a transaction's
-page locks with one lock on the whole index (``max_pred_locks_per_relation``), which every
-other admit's inserts then conflict with (seen in every 2-replica burst; docs/performance.md).
-A restarted replica starts counting elsewhere in its stretch: ids stay distinct (90 bits
-from a random start) and no clock is read.
+mints them (a hash of its owner id); below that, each group of 512 ids in a row (a 256-Fire
+admit's Runs and Attempts) counts up from a random base of its own. Why: the attempts ->
+runs and run_events -> runs foreign keys make every admit read the ``runs_pkey`` leaf pages
+its new Runs went into, and under SERIALIZABLE each such read is a page-level predicate
+lock. Time-ordered ids put every replica on the one rightmost page; fully random ids
+scatter every replica over every page, so concurrent admits of different replicas land on
+each other's locked pages and retry. The prefix keeps each replica's Runs in its own
+stretch of the index. Random bits below it made a 256-Run admit read about one leaf page
+per Run, and past 32 pages of one index PostgreSQL replaces a transaction's page locks by
+one lock on the whole index (``max_pred_locks_per_relation``), which every other admit's
+inserts conflict with (seen in every 2-replica burst); a group's ids share one or two
+pages. One count for the whole process instead (every admit at the end of the replica's
+stretch) brought serialization failures back at 16 replicas, in every sweep measured; a
+base per group puts each admit elsewhere in the stretch (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ _VERSION_8 = (0x8 << 76) | (0x2 << 62)
 _LOW_62 = (1 << 62) - 1
 _MID_12 = (1 << 12) - 1
 _COUNTER_BITS = 90
-_counter = itertools.count(secrets.randbits(_COUNTER_BITS - 1))
-"""This process's ids, counted from a random start below half the range: never wraps."""
+_GROUP_BITS = 9
+"""512 ids in a row share a random base and count up below it: one 256-Fire admit's Runs
+and Attempts."""
+_counter = itertools.count()
+_group: tuple[int, int] = (-1, 0)
+"""The current group's number and base."""
 
 
 def replica_prefix(owner: str) -> bytes:
@@ -72,12 +77,25 @@ def _spread(n: int) -> int:
     return (n & _LOW_62) | (((n >> 62) & _MID_12) << 64) | ((n >> 74) << 80)
 
 
+def _next_count() -> int:
+    """This process's next id below the prefix: a random base per group of 512, then the
+    id's place in the group. Distinct: places differ within a group, and two groups share
+    a base with odds of one in 2**81."""
+    global _group
+    n = next(_counter)
+    number, base = _group
+    if n >> _GROUP_BITS != number:
+        number, base = n >> _GROUP_BITS, secrets.randbits(_COUNTER_BITS - _GROUP_BITS)
+        _group = (number, base)
+    return (base << _GROUP_BITS) | (n & ((1 << _GROUP_BITS) - 1))
+
+
 def new_id(owner: str | None = None) -> uuid.UUID:
-    """With ``owner``: the owner's prefix, then this process's next count (version 8).
-    Without: a random version-4 UUID."""
+    """With ``owner``: the owner's prefix, then ``_next_count`` (version 8). Without: a
+    random version-4 UUID."""
     if owner is None:
         return uuid.uuid4()
-    return uuid.UUID(int=_prefix_bits(owner) | _spread(next(_counter)) | _VERSION_8)
+    return uuid.UUID(int=_prefix_bits(owner) | _spread(_next_count()) | _VERSION_8)
 
 
 def fire_request(claim: Claim, fire: Fire) -> FireRequest:

@@ -1,9 +1,12 @@
 """The idempotency key and the minted ids: a pure function of (trigger, revision,
-scheduled_for), so a takeover computes the same key; ids are fresh random UUIDv4."""
+scheduled_for), so a takeover computes the same key; ids are fresh, under the replica prefix."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
+
+import pytest
 
 from qlsched.core.keys import fire_request, idempotency_key, manual_key
 from qlsched.core.outcomes import Fire
@@ -42,23 +45,37 @@ def test_same_occurrence_same_key_new_ids() -> None:
     )
 
 
-def test_ids_of_one_replica_share_its_prefix_and_count_up() -> None:
+def test_ids_of_one_replica_share_its_prefix_and_count_up_in_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Rule: ids minted for an owner start with that owner's four-byte prefix (so one
     replica's Runs sit together in the runs index and concurrent admits of different
-    replicas do not lock each other's pages) and then count up: each is larger than the
-    last (so one admit's Runs share one or two leaf pages), version 8 with the RFC variant;
+    replicas do not lock each other's pages); 512 in a row count up from one random base
+    (one admit's Runs share one or two leaf pages), each group from its own base (the next
+    admit lands elsewhere in the stretch); all distinct, version 8 with the RFC variant;
     two owners get different prefixes; without an owner, a random version-4 UUID."""
+    from qlsched.core import keys
     from qlsched.core.keys import new_id, replica_prefix
 
-    a = [new_id("replica-a") for _ in range(1000)]
+    monkeypatch.setattr(keys, "_counter", itertools.count())  # at a group's start
+    monkeypatch.setattr(keys, "_group", (-1, 0))
+    a = [new_id("replica-a") for _ in range(64 * 512)]
     b = new_id("replica-b")
     assert {x.bytes[:4] for x in a} == {replica_prefix("replica-a")}
     assert b.bytes[:4] == replica_prefix("replica-b") != replica_prefix("replica-a")
     assert all(x.version == 8 and x.variant == uuid.RFC_4122 for x in [*a, b])
-    assert a == sorted(a)
-    assert len(set(a)) == 1000
-    # As PostgreSQL orders uuids (bytewise): each id is the next one of its stretch.
-    assert [x.bytes for x in a] == sorted(x.bytes for x in a)
+    assert len(set(a)) == len(a)
+    groups = [a[i : i + 512] for i in range(0, len(a), 512)]
+    # Within a group, as PostgreSQL orders uuids (bytewise): each id is the next one.
+    for group in groups:
+        assert [x.bytes for x in group] == sorted(x.bytes for x in group)
+        assert group[-1].int - group[0].int == 511
+    # Across the groups every free bit above the place varies; the place's 9 bits repeat.
+    varying = 0
+    for group in groups:
+        varying |= group[0].int ^ groups[0][0].int
+    assert bin(varying).count("1") == 90 - 9
+    assert varying >> 96 == 0
     assert new_id().version == 4
 
 
