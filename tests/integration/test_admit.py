@@ -11,7 +11,7 @@ advanced schedule row carry one ``xmin``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -45,20 +45,12 @@ from tests.integration.adapter_support import (
     decision_for,
     fire_for,
     one_project,
-    open_env,
     restale,
     run_round,
     trigger,
 )
-from tests.support.pg import TestDatabase
 
 NOTHING = Counts(runs=0, attempts=0, events=0)
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def due_claim(env: Env, *, command: str = "true", lease_ms: int = LEASE_MS) -> Claim:

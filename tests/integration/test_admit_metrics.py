@@ -4,9 +4,6 @@ replica's SERIALIZABLE retry rate (docs/contract.md §5 "Admit")."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,7 +17,6 @@ from tests.integration.adapter_support import (
     Env,
     fire_for,
     one_project,
-    open_env,
 )
 from tests.integration.cluster_support import (
     control_config,
@@ -44,12 +40,6 @@ def samples_of(text: bytes) -> dict[str, float]:
         for s in family.samples
         if s.labels == {"profile": "cluster"}
     }
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def test_replica_exposes_its_admit_statements_on_metrics(pg_db: TestDatabase) -> None:

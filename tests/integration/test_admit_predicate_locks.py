@@ -13,14 +13,9 @@ large, and every 2-replica burst of the bench showed admits holding a lock on th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Admitted, Decision, Fire
-from tests.integration.adapter_support import Env, decision_for, one_project, open_env
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import Env, decision_for, one_project
 
 BATCH = 256
 HISTORY_ROUNDS = 48
@@ -28,12 +23,6 @@ HISTORY_ROUNDS = 48
 runs_pkey well past 32 leaf pages."""
 RUNS_PKEY_PAGES_MAX = 4
 """One leaf page, or a few where a page split falls inside the batch."""
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def _fire(decision: Decision) -> Fire:

@@ -10,8 +10,6 @@ diagnostic whose code names the cause.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import trio
 
@@ -24,19 +22,11 @@ from tests.integration.adapter_support import (
     Env,
     fire_for,
     one_project,
-    open_env,
 )
 from tests.support.memory_sink import MemorySink
-from tests.support.pg import TestDatabase
 
 ROWS = 6
 SHORT_MS = 300
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 @pytest.mark.parametrize(

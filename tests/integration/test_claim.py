@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import trio
 
 from qlsched.core.fence import Claim
@@ -29,18 +27,10 @@ from tests.integration.adapter_support import (
     Env,
     fire_for,
     one_project,
-    open_env,
     trigger,
 )
-from tests.support.pg import TestDatabase
 
 SHORT_LEASE_MS = 1_500
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def keys(claims: list[Claim]) -> list[tuple[str, str]]:

@@ -10,8 +10,6 @@ reaches the target row; a publish that changes the target's cron commits meanwhi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import trio
 import trio.lowlevel
@@ -20,20 +18,13 @@ from qlsched.core.fence import Claim
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.store import CLAIM_SETTINGS, PostgresStore
-from tests.integration.adapter_support import Env, open_env, trigger
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import Env, trigger
 
 pytestmark = pytest.mark.slow
 
 YEARLY = "0 0 1 1 *"
 EVERY_MINUTE = "* * * * *"
 FILLER_ROWS = 100_000
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def spec(cron: str) -> PublishFile:

@@ -10,7 +10,6 @@ relative to the database's now, so the tests do not age.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
 from itertools import takewhile
 from zoneinfo import ZoneInfo
@@ -27,16 +26,9 @@ from qlsched.core.outcomes import Admitted, Fire, Initialize, Initialized
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.control import pause, resume
 from qlsched.postgres.pool import Connection
-from tests.integration.adapter_support import LEASE_MS, Env, decision_for, open_env, trigger
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import LEASE_MS, Env, decision_for, trigger
 
 NY = ZoneInfo("America/New_York")
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def _ms(moment: datetime) -> int:

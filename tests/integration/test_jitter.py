@@ -10,7 +10,6 @@ the database's now, then waits on the database clock.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -22,17 +21,10 @@ from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import fire_request, idempotency_key
 from qlsched.core.outcomes import Admitted, Fire
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
-from tests.integration.adapter_support import LEASE_MS, Env, decision_for, open_env, trigger
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import LEASE_MS, Env, decision_for, trigger
 
 HOURLY = "0 * * * *"
 JITTER_MS = 3_000_000
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def jittered(jitter_ms: int = JITTER_MS, *ids: str) -> PublishFile:

@@ -5,25 +5,14 @@ here."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
-from tests.integration.adapter_support import Env, open_env, trigger, trigger_ids
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import Env, trigger, trigger_ids
 
 YEAR_MS = 365 * 86_400_000
 TRIGGERS = 16
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def test_every_second_triggers_a_year_late_are_admitted_in_one_round(env: Env) -> None:

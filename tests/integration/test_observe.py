@@ -10,7 +10,6 @@ by a sequential scan and sorts nothing but an already bounded set.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,16 +22,9 @@ from qlsched.postgres.reader import open_reader
 from qlsched.tools import bench_data
 from qlsched.tools.bench_data import PROJECT, TASK, TASK_COMMAND, RowState
 from qlsched.tools.queries import tool_query
-from tests.integration.adapter_support import Env, open_env, trigger
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import Env, trigger
 
 BIG_TABLES = frozenset({"trigger_schedules", "triggers", "runs"})
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def load(env: Env, rows: int, state: RowState, *, history: int = 0) -> None:

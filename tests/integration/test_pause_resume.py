@@ -11,7 +11,6 @@ expected counts step through ``iter_after`` one occurrence at a time, independen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from itertools import takewhile
 from typing import Any
 
@@ -40,19 +39,11 @@ from tests.integration.adapter_support import (
     Env,
     fire_for,
     one_project,
-    open_env,
     run_round,
     trigger,
 )
-from tests.support.pg import TestDatabase
 
 HOUR_MS = 60 * MINUTE_MS
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def do_pause(

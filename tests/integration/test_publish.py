@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +29,15 @@ from tests.integration.adapter_support import (
     Env,
     fire_for,
     one_project,
-    open_env,
     run_round,
     trigger,
 )
-from tests.support.pg import TestDatabase
 
 SNAPSHOT_SQL = {
     table: f"SELECT xmin::text AS xmin, t.* FROM qlsched.{table} AS t"  # noqa: S608
     for table in ("projects", "tasks", "execution_revisions", "triggers", "trigger_schedules")
 }
 """Fixed table names only (S608 is about interpolated input, and there is none)."""
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def snapshot(env: Env) -> dict[str, list[dict[str, Any]]]:

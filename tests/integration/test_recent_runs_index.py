@@ -6,21 +6,10 @@ history its plan must walk ``runs_created_idx`` backwards and stop, never sort t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from qlsched.postgres.queries import query
-from tests.integration.adapter_support import Env, open_env
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import Env
 
 HISTORY = 20_000
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def test_recent_runs_walk_the_created_index_backwards(env: Env) -> None:

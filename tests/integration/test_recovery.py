@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,7 @@ from qlsched.core.outcomes import Admitted
 from qlsched.postgres.pool import Connection
 from qlsched.postgres.queries import query as query_text
 from qlsched.postgres.recovery import RecoveryCandidate, recover, recovery_candidates
-from tests.integration.adapter_support import LEASE_MS, Env, fire_for, one_project, open_env
-from tests.support.pg import TestDatabase
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
+from tests.integration.adapter_support import LEASE_MS, Env, fire_for, one_project
 
 
 async def admitted(env: Env, n: int = 1) -> list[Admitted]:

@@ -5,7 +5,6 @@ it, and by a database-wide read that ``status`` and ``check`` show."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -17,9 +16,8 @@ from qlsched.core.config import Config
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.postgres.health import RefusedTrigger, refused_triggers
 from qlsched.postgres.observe import refused_due_triggers
-from tests.integration.adapter_support import Env, open_env, trigger
+from tests.integration.adapter_support import Env, trigger
 from tests.integration.schema_support import run_cli
-from tests.support.pg import TestDatabase
 
 # Each leaves the schedule row active and the trigger row as published, and makes every
 # admit of p/y refuse for a reason no replica can heal.
@@ -33,12 +31,6 @@ STRANDINGS = {
     "inactive:trigger_disabled": "UPDATE qlsched.triggers SET enabled = false"
     " WHERE trigger_id = 'y'",
 }
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 def refused_sample(metrics: Metrics, outcome: str, part: str) -> float:

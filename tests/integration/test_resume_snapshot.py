@@ -9,27 +9,18 @@ commits, locks the new row version. Whatever it plans with must be that version'
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 import trio
 
 from qlsched.core.control import Resumed, ResumeOutcome, TriggerRef
 from qlsched.postgres.control import pause, resume
 from qlsched.postgres.pool import open_database
-from tests.integration.adapter_support import Env, one_project, open_env
+from tests.integration.adapter_support import Env, one_project
 from tests.integration.test_claim_snapshot import HOLD_COMMIT, hold_publish_commits, wait_active
 from tests.support.pg import TestDatabase
 
 OLD_CRON = "* * * * *"
 NEW_CRON = "0 0 1 1 *"
 REF = TriggerRef("p", "t0000")
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def test_a_resume_waiting_on_a_publish_plans_with_the_revision_it_locked(

@@ -4,7 +4,7 @@ was decided on, however the schedule row looks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,8 +19,7 @@ from qlsched.core.outcomes import (
     Skipped,
 )
 from qlsched.postgres.store import PostgresStore
-from tests.integration.adapter_support import LEASE_MS, Env, one_project, open_env
-from tests.support.pg import TestDatabase
+from tests.integration.adapter_support import LEASE_MS, Env, one_project
 
 Settle = Callable[[PostgresStore, Claim], Awaitable[Outcome]]
 
@@ -48,12 +47,6 @@ TRIGGER_CHANGES = {
     "revision": "UPDATE qlsched.triggers SET revision = revision + 1",
     "digest": "UPDATE qlsched.triggers SET content_digest = repeat('0', 64)",
 }
-
-
-@pytest.fixture
-async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
-    async with open_env(pg_db) as opened:
-        yield opened
 
 
 async def claimed(env: Env, *, due: bool) -> Claim:

@@ -15,9 +15,7 @@ from qlsched.postgres.queries import query
 from qlsched.tools import bench_data
 from qlsched.tools.bench_data import PROJECT, RowState
 from tests.integration.adapter_support import Env
-from tests.integration.test_observe import check_plan, env, load
-
-__all__ = ["env"]
+from tests.integration.test_observe import check_plan, load
 
 TOP = "4611686018427387903"
 MAX_ID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'"
