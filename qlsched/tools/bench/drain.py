@@ -37,7 +37,6 @@ TICK = "*/5 * * * * *"
 TICK_LEAD_MS = 1_000
 """The shared tick is at least this far ahead when the cursors move to it."""
 LARGEST_GRACE_MS = 86_400_000
-"""Cadences to let the replicas run empty rounds before the rows move."""
 PROGRESS_S = 2.0
 
 

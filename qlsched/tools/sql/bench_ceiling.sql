@@ -38,4 +38,4 @@ SELECT COALESCE(pg_catalog.array_agg(c.project_id), '{}') AS project_ids,
                        PLACING pg_catalog.int4send(pg_catalog.pg_backend_pid()) FROM 1 FOR 4))
                  AS base
           FROM claimed
-         ORDER BY COALESCE(next_fire_at_ms, -1), project_id, trigger_id) AS c;
+         ORDER BY n) AS c;
