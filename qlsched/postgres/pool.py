@@ -192,6 +192,7 @@ async def _create_pool(
     max_size: int,
     server_settings: dict[str, str],
     connect_timeout: float,
+    reset_session: bool,
 ) -> asyncpg.Pool[asyncpg.Record]:
     return await asyncpg.create_pool(
         dsn,
@@ -204,7 +205,13 @@ async def _create_pool(
         # until it would have fired, so a 300 s lifetime held every call's timer (and its
         # context) for five minutes: a replica's memory grew with its work.
         max_inactive_connection_lifetime=0,
+        reset=None if reset_session else _keep_session,
     )
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset when the session is kept: nothing past asyncpg's own rollback of a
+    transaction left open (which it runs before calling this)."""
 
 
 def _swallow_dead_connection_errors(loop: Any, context: dict[str, Any]) -> None:
@@ -296,8 +303,14 @@ async def open_database(
     acquire_timeout: float | None = None,
     call_timeout: float | None = None,
     close_timeout: float = CLOSE_TIMEOUT_S,
+    reset_session: bool = True,
 ) -> AsyncIterator[Database]:
     """Open a pool whose connections default to ``isolation``; close it on exit.
+
+    ``reset_session=False`` hands a released connection back as it is instead of running
+    asyncpg's reset (``RESET ALL``, ``UNLISTEN *``, advisory unlocks: a round trip and its
+    server work at every call, as much as a claim itself). Only for pools whose statements
+    leave no session state behind; an open transaction is still rolled back.
 
     ``acquire_timeout`` bounds the wait for a free connection in ``Database.run``
     (``TimeoutError`` past it); None waits as long as the caller's scope allows.
@@ -324,7 +337,7 @@ async def open_database(
     async with _bridge() as loop:
         with _connect_errors(dsn):
             pool = await trio_asyncio.aio_as_trio(_create_pool, loop=loop)(
-                dsn, min_size, max_size, server_settings, connect_timeout
+                dsn, min_size, max_size, server_settings, connect_timeout, reset_session
             )
         db = Database(
             pool,

@@ -151,9 +151,15 @@ async def check_readiness(conn: Connection, *, lease_ms: int) -> Readiness:
     """Collect every finding (never stop at the first) and say whether the schema is ready.
 
     Runs with the planner's defaults whatever the connection's pool set, and gives the
-    connection back with its own settings (on an error the pool's reset restores them)."""
+    connection back with its own settings. On an error the connection is closed instead:
+    a pool that keeps sessions (``open_database(reset_session=False)``) would otherwise lend
+    it out again with the planner's defaults."""
     await conn.execute(query("planner_defaults"))
-    readiness = await _check_readiness(conn, lease_ms=lease_ms)
+    try:
+        readiness = await _check_readiness(conn, lease_ms=lease_ms)
+    except BaseException:
+        conn.terminate()
+        raise
     await conn.execute(query("planner_restore"))
     return readiness
 
