@@ -214,9 +214,10 @@ async def open_cluster_control(
     call_timeout = call_timeout_s(config.lease_ms, config.cadence_ms)
     # Claims: READ COMMITTED, generic plans (the claim is re-planned on every call
     # otherwise). Admits: SERIALIZABLE, index probes only (a sequential scan would be a
-    # relation-level SIRead lock). See CLAIM_SETTINGS and ADMIT_SETTINGS. Both keep their
-    # sessions: their statements leave no session state, and asyncpg's reset at every
-    # release doubled each call's round trips (docs/performance.md, Pools).
+    # relation-level SIRead lock). See CLAIM_SETTINGS and ADMIT_SETTINGS. The claim pool
+    # keeps its sessions: its statements leave no session state, and asyncpg's reset at
+    # every release doubled each call's round trips. The admit pool still resets: kept,
+    # its admits retried in two full sweeps of two (docs/performance.md, Pools).
     async with (
         _own_close_deadline(),
         open_database(
@@ -236,7 +237,6 @@ async def open_cluster_control(
             settings={**ADMIT_SETTINGS, **_session_settings(config)},
             call_timeout=call_timeout,
             close_timeout=POOL_CLOSE_S,
-            reset_session=False,
         ) as admit_db,
         # HTTP reads: a pool of their own, so requests can never hold a scheduler connection.
         open_reader(config.dsn) as http_reader,
