@@ -123,9 +123,10 @@ def decision_for(claim: Claim, now_ms: int | None = None) -> Decision:
     return decide(spec, claim.cursor_ms, now, claim.jitter)
 
 
-def fire_for(claim: Claim) -> FireRequest:
-    """The Fire decision of a due claim, with freshly minted Run/Attempt ids."""
-    decision = decision_for(claim)
+def fire_for(claim: Claim, now_ms: int | None = None) -> FireRequest:
+    """The Fire decision of a due claim (at ``now_ms`` as ``decision_for`` takes it), with
+    freshly minted Run/Attempt ids."""
+    decision = decision_for(claim, now_ms)
     assert isinstance(decision, Fire), decision
     return fire_request(claim, decision)
 

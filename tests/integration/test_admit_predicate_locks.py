@@ -13,9 +13,8 @@ large, and every 2-replica burst of the bench showed admits holding a lock on th
 
 from __future__ import annotations
 
-from qlsched.core.keys import fire_request
-from qlsched.core.outcomes import Admitted, Decision, Fire
-from tests.integration.adapter_support import Env, decision_for, one_project
+from qlsched.core.outcomes import Admitted
+from tests.integration.adapter_support import Env, fire_for, one_project
 
 BATCH = 256
 HISTORY_ROUNDS = 48
@@ -25,18 +24,13 @@ RUNS_PKEY_PAGES_MAX = 4
 """One leaf page, or a few where a page split falls inside the batch."""
 
 
-def _fire(decision: Decision) -> Fire:
-    assert isinstance(decision, Fire), decision
-    return decision
-
-
 async def _admit_round(env: Env, age_ms: int) -> None:
     await env.make_due(age_ms=age_ms)
     claims = await env.store.claim("r1", BATCH, 30_000)
     assert len(claims) == BATCH
     # Decided as at each cursor: on time, so every row fires (the minutes-old cursors
     # would be misfires now).
-    fires = [fire_request(c, _fire(decision_for(c, now_ms=c.cursor_ms))) for c in claims]
+    fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
     outcomes = await env.store.admit(fires)
     assert all(isinstance(o, Admitted) for o in outcomes), outcomes[:3]
 
