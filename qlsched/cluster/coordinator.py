@@ -1,7 +1,7 @@
 """The cluster's round: the shared engine (``qlsched.engine.round``) with leases.
 
 A ``Coordinator`` is a ``RoundEngine`` built from a replica's ``Config``: its owner, claim
-budget, catch-up budget and lease, each validated when the Config was built. Claims are
+budget, catch-up budget, lease and lookahead, each validated when the Config was built. Claims are
 settled one by one and the round's Fires admitted in one batch while the lease holds.
 """
 
@@ -36,6 +36,7 @@ class Coordinator(RoundEngine[Metrics]):
             budget=config.claim_budget,
             max_budget=config.catch_up_budget,
             lease_ms=config.lease_ms,
+            lookahead_ms=config.lookahead_ms,
             sink=sink,
             metrics=metrics,
             spec_cache_size=spec_cache_size,

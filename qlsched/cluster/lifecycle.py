@@ -12,7 +12,10 @@ Invariants:
   after the previous round *started*, so a round that overruns delays the next one and never
   doubles it up. When the store read the next due time with its claim (PostgreSQL does)
   and that comes sooner, the next round starts just after it (at least ``MIN_WAKE_S`` after
-  the last one started): a due row waits milliseconds, not up to a cadence.
+  the last one started): a due row waits milliseconds, not up to a cadence. With a
+  lookahead the claim reads when the next row enters the lookahead window, and a round that
+  holds Fires decided ahead is followed by one at the first held Fire's due time, which
+  admits it.
 - Catch-up: a round that used its whole claim budget (and did not hand every claim straight
   back) is followed at once by the next, still in sequence.
 - Errors escaping a round go to the diagnostic sink and never end the cadence; consecutive
@@ -21,7 +24,8 @@ Invariants:
 - Stop: claiming ends at once (no new round starts; the cadence or back-off wait is cut), the
   round in flight may finish its decisions and admit, claims it had not yet decided are
   released under their fence, and its cancel scope gets the deadline now + ``stop_timeout_ms``.
-  At the deadline whatever is left is cancelled (those claims are left to expire) and ``run``
+  Then the Fires held ahead are released under their fence, by the same deadline. At the
+  deadline whatever is left is cancelled (those claims are left to expire) and ``run``
   returns; ``statistics().cut_at_deadline`` then says so.
 
 Time: cadence and deadlines use ``trio.current_time()`` (so a MockClock drives them); every
@@ -30,6 +34,7 @@ durable time comes from the store.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Final
 
@@ -106,6 +111,8 @@ class Lifecycle:
         self._stop_timeout_s = config.stop_timeout_ms / 1000
         self._max_backoff_s = max(max_backoff_ms, config.cadence_ms) / 1000
         self._stop = trio.Event()
+        self._stop_deadline = math.inf
+        """Set by ``stop()``: the round in flight and the release of held Fires end by it."""
         self._stopped = trio.Event()
         self._round_ended = trio.Event()
         self._round_scope: trio.CancelScope | None = None
@@ -159,6 +166,11 @@ class Lifecycle:
         try:
             task_status.started()
             await self._cadence()
+            if not self._cut_at_deadline:
+                # Fires held ahead go back undecided (another replica fires them when due),
+                # within what is left of the stop deadline.
+                with trio.move_on_at(self._stop_deadline):
+                    await self._coordinator.release_ahead()
         finally:
             self._running = False
             self._round_scope = None
@@ -174,6 +186,7 @@ class Lifecycle:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._stop_deadline = trio.current_time() + self._stop_timeout_s
         scope = self._round_scope
         if scope is not None:
             scope.deadline = min(scope.deadline, trio.current_time() + self._stop_timeout_s)
@@ -240,11 +253,18 @@ class Lifecycle:
             # Catch-up. A round that handed every claim straight back would claim the very
             # same rows again at once (they stay first in claim order): wait a cadence.
             return 0.0
+        delay = self._cadence_s
         if stats is not None and stats.next_due_in_ms is not None:
             # Wake for the next row to fall due when that comes before the cadence: a due
             # row waits milliseconds, not up to a cadence. The database measured the gap
             # (no local clock is trusted); a floor keeps rows due a few ms apart from
             # turning the loop into a spin.
-            wake_s = max(stats.next_due_in_ms / 1000 + WAKE_SLACK_S, MIN_WAKE_S)
-            return min(self._cadence_s, wake_s)
-        return self._cadence_s
+            delay = min(delay, max(stats.next_due_in_ms / 1000 + WAKE_SLACK_S, MIN_WAKE_S))
+        if stats is not None and stats.next_due_stale:
+            # The round moved cursors after its claim read the next due time: that read is
+            # stale (a moved cursor may be the next due), so read it again soon.
+            delay = min(delay, MIN_WAKE_S)
+        if stats is not None and stats.held_due_in_ms is not None:
+            # A Fire held ahead is admitted by the first round after its due time.
+            delay = min(delay, stats.held_due_in_ms / 1000)
+        return delay

@@ -301,7 +301,13 @@ def _assemble(
     """The replica's parts over its claim and admit pools: stores, metrics, the round
     engine with its requests pass, the lifecycle, and the pruner beside it."""
     claim_db, admit_db = dbs
-    store = PostgresStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
+    store = PostgresStore(
+        claim_db,
+        admit_db,
+        retries=config.admit_retries,
+        sink=sink,
+        lookahead_ms=config.lookahead_ms,
+    )
     metrics = Metrics(admit_counts=store)
     requests = PostgresRequestStore(claim_db, admit_db, retries=config.admit_retries, sink=sink)
     coordinator = Coordinator(

@@ -44,6 +44,10 @@ class InvalidConfig(ConfigError):
         return InvalidConfig(self.problem, self.options, origin)
 
 
+LOOKAHEAD_LEASE_SHARE: Final = 4
+"""A claim taken ahead keeps at least three quarters of its lease for the admit."""
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dsn: str | None = None
     owner: str = ""
@@ -54,6 +58,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     doubles the next, from ``claim_budget``); ``claim_budget`` itself turns growth off."""
     lease_ms: Annotated[int, Meta(ge=1_000, le=3_600_000)] = 30_000
     cadence_ms: Annotated[int, Meta(ge=10, le=600_000)] = 1_000
+    lookahead_ms: Annotated[int, Meta(ge=0, le=60_000)] = 250
+    """Rows due within this many ms are claimed and decided ahead, and admitted when due by
+    the database clock: at the due time only the admit is left to do. 0 turns it off."""
     stop_timeout_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 10_000
     idle_in_transaction_timeout_ms: Annotated[int, Meta(ge=100, le=3_600_000)] = 5_000
     """The replica's sessions' ``idle_in_transaction_session_timeout``."""
@@ -115,6 +122,10 @@ FLAGS: Final[Mapping[str, str]] = {
     ),
     "lease_ms": f"claim lease (default {_DEFAULTS['lease_ms']})",
     "cadence_ms": f"round cadence (default {_DEFAULTS['cadence_ms']})",
+    "lookahead_ms": (
+        f"claim rows due within this many ms ahead, admit them when due (default"
+        f" {_DEFAULTS['lookahead_ms']}; 0: off)"
+    ),
     "stop_timeout_ms": f"drain deadline on stop (default {_DEFAULTS['stop_timeout_ms']})",
     "http": "HOST:PORT for /healthz, /readyz, /metrics, /v1/schedules",
     "diagnostics": "file for diagnostic JSON lines (default stderr)",
@@ -199,6 +210,12 @@ def _problem(config: Config) -> tuple[str, tuple[str, ...]] | None:
                 f"lease_ms={config.lease_ms} must be greater than {other}={getattr(config, other)}",
                 ("lease_ms", other),
             )
+    if config.lookahead_ms * LOOKAHEAD_LEASE_SHARE > config.lease_ms:
+        return (
+            f"lookahead_ms={config.lookahead_ms} must be at most a quarter of"
+            f" lease_ms={config.lease_ms}",
+            ("lookahead_ms", "lease_ms"),
+        )
     if config.idle_in_transaction_timeout_ms >= config.lease_ms:
         return (
             f"idle_in_transaction_timeout_ms={config.idle_in_transaction_timeout_ms} must be "

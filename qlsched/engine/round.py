@@ -16,13 +16,16 @@ for the round's duration.
 
 Invariants of a round:
 
-- exactly one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the round's budget
-  (the claim budget; more while catching up, ``_next_budget``; hard cap 256);
+- at most one ``store.claim(owner, limit, lease_ms)`` call, ``limit`` = the round's budget
+  (the claim budget; more while catching up, ``_next_budget``; hard cap 256), less what
+  the Fires held ahead take of the catch-up budget (none claimed when they take it all);
 - each claim is settled in its own task in a nursery the round opens, so the round returns
   only when every claim task has ended: rounds cannot overlap by construction;
 - Run and Attempt ids are minted (``keys.fire_request``) only for a ``Fire`` decision;
-- the round's Fires are admitted together in at most one ``store.admit`` call, after the
-  nursery has ended (batch admission, docs/contract.md §5);
+- the round's Fires are admitted together in at most one ``store.admit`` call, beside
+  the other claims' writes (batch admission, docs/contract.md §5); a Fire decided ahead of
+  its due time (a claim with a lookahead) is held across rounds until then
+  (``engine.ahead``), and admitted with the first round that starts after it;
 - a claim task catches ``Exception`` at its top and reports a diagnostic (class name and
   SQLSTATE only, never the message); ``Cancelled`` and other ``BaseException`` pass;
 - when the lifecycle is stopping, a claim not yet decided is released under its fence
@@ -35,6 +38,7 @@ replica that later claims the row decides the same occurrence under the same key
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Final, Generic, Protocol, TypeVar, assert_never
 
@@ -48,29 +52,24 @@ from qlsched.core.lease import round_outlived_lease
 from qlsched.core.outcomes import (
     Admitted,
     AlreadyAdmitted,
-    CommitUnknown,
     Decision,
-    DigestInvalid,
-    FenceLost,
     Fire,
-    Inactive,
     Initialize,
-    Initialized,
     NotDue,
     Outcome,
     OverlapSkipped,
-    Released,
-    RetryExhausted,
-    RevisionChanged,
     Skip,
-    Skipped,
-    StoreFailed,
-    outcome_code,
 )
 from qlsched.core.spec_cache import InvalidSpec, SpecCache
 from qlsched.core.store import RoundWriter, ScheduleStore, Settle
+from qlsched.engine.ahead import AheadFires, HeldFire, due_ms
 from qlsched.engine.stats import RoundCounts, RoundStats
+from qlsched.engine.tally import OutcomeReports
 
+HELD_ROUNDS: Final = 2
+"""A replica holds at most this many catch-up budgets of Fires decided ahead: a tick twice
+the catch-up budget per replica is all decided before it falls due, and the replicas still
+share a larger one."""
 SPEC_CACHE_SIZE: Final = 4096
 """Parsed trigger specs kept, keyed by what a spec is built from (``Claim.spec_key``), not
 by trigger revision: triggers that share an expression share one parse."""
@@ -114,7 +113,8 @@ class RoundEngine(Generic[M]):
     """Runs bounded rounds against one store for one scheduler (``owner``).
 
     Ownership: holds no task and no nursery between rounds; ``run_round`` opens and closes
-    its own. The spec cache is the only state that outlives a round. The caller runs
+    its own. The spec cache and the Fires held ahead (``release_ahead`` lets them go) are
+    the only state that outlives a round. The caller runs
     ``run_round`` sequentially; calling it concurrently is allowed by the store protocol but
     defeats the budget.
 
@@ -137,6 +137,7 @@ class RoundEngine(Generic[M]):
         requests: RequestPass | None = None,
         writer: RoundWriter | None = None,
         max_budget: int | None = None,
+        lookahead_ms: int = 0,
     ) -> None:
         self._store = store
         self._writer = writer
@@ -148,6 +149,12 @@ class RoundEngine(Generic[M]):
         self._round_budget = self._budget
         """The next round's budget (``_next_budget``)."""
         self._specs = SpecCache(spec_cache_size)
+        self._lookahead_ms = lookahead_ms
+        """A claim of a row due at most this long after it is decided as of its due time;
+        the store must claim no further ahead (``Config.lookahead_ms`` for both)."""
+        self._reports = OutcomeReports(owner, sink, metrics)
+        self._ahead = AheadFires()
+        """Fires decided ahead of their due time, held until then (``engine.ahead``)."""
         self.sink: Final = sink
         self.metrics: Final = metrics
         self.requests: Final = requests
@@ -184,40 +191,134 @@ class RoundEngine(Generic[M]):
             return RoundStats(budget=budget, stopping=True)
         started = trio.current_time()
         tally = RoundCounts()
+        # Held Fires now due are admitted beside this round's claim; those still held take
+        # room from the catch-up budget (``engine.ahead``).
+        held = [] if self._writer is not None else self._ahead.take_due(started)
+        limit = budget if self._writer is not None else self._room(budget)
         try:
-            claims = await self._store.claim(self._owner, budget, self._lease_ms)
-            tally.claimed = len(claims)
-            # A store that reads the next due time with its claim (PostgreSQL's) says it.
-            hint = getattr(self._store, "next_due_in_ms", None)
-            tally.next_due_in_ms = hint if isinstance(hint, int) else None
-            tally.stopping = stop is not None and stop.is_set()
             if self._writer is not None:
+                claims = await self._store.claim(self._owner, limit, self._lease_ms)
+                self._note_claim(claims, stop, tally)
                 await self._write_round(self._writer, claims, tally)
             else:
-                # Every claim is decided first (pure, no I/O): the round's Fires go to their
-                # admit at once, beside the other claims' writes (Initialize, Skip, release
-                # on their own pool), instead of after them. Rejected: admitting after every
-                # write, which made due rows wait on a large publish's Initializes.
-                decided = [(claim, self._decide_or_report(claim, stop, tally)) for claim in claims]
-                fires: list[FireRequest] = []
-                for claim, decision in decided:
-                    if isinstance(decision, Fire):
-                        fires.append(fire_request(claim, decision))
-                        tally.fired += 1
-                async with trio.open_nursery() as nursery:
-                    if fires:
-                        nursery.start_soon(self._admit_in_lease, fires, tally, started)
-                    for claim, decision in decided:
-                        if not isinstance(decision, Fire):
-                            nursery.start_soon(self._settle, claim, decision, tally)
+                await self._cluster_round(held, limit, stop, tally, started)
             if self.requests is not None:
                 await self.requests.run(stop)
         finally:
             duration_ms = (trio.current_time() - started) * 1000
-            stats = RoundStats.freeze(tally, budget, duration_ms)
-            self._round_budget = self._next_budget(stats)
+            next_held = self._ahead.next_due()
+            if next_held is not None:
+                # Rounded up: a round started before the held Fire is due takes nothing.
+                tally.held_due_in_ms = max(0, math.ceil((next_held - started) * 1000))
+            tally.held_ahead = len(self._ahead)
+            moved = tally.admitted + tally.overlap_skipped + tally.initialized + tally.skipped
+            tally.next_due_stale = moved > 0 and hasattr(self._store, "next_due_in_ms")
+            stats = RoundStats.freeze(tally, limit, duration_ms)
+            # A round the held Fires cut short keeps its budget: it says nothing of the load.
+            if limit == budget:
+                self._round_budget = self._next_budget(stats)
             self.metrics.observe_round(stats)
         return stats
+
+    def _room(self, budget: int) -> int:
+        """The claim's limit: the budget, less what the Fires held ahead already take of
+        ``HELD_ROUNDS`` catch-up budgets (a replica holds at most that many)."""
+        return max(0, min(budget, HELD_ROUNDS * self._max_budget - len(self._ahead)))
+
+    def _note_claim(
+        self, claims: Sequence[Claim], stop: trio.Event | None, tally: RoundCounts
+    ) -> None:
+        tally.claimed = len(claims)
+        # A store that reads the next due time with its claim (PostgreSQL's) says it.
+        hint = getattr(self._store, "next_due_in_ms", None)
+        tally.next_due_in_ms = hint if isinstance(hint, int) else None
+        tally.stopping = stop is not None and stop.is_set()
+
+    async def _cluster_round(
+        self,
+        held: Sequence[HeldFire],
+        limit: int,
+        stop: trio.Event | None,
+        tally: RoundCounts,
+        started: float,
+    ) -> None:
+        """Admit the ``held`` Fires now due while claiming up to ``limit`` rows (none: the
+        held Fires fill the catch-up budget), then settle the claims.
+
+        Raises:
+            Whatever ``store.claim`` raises, once the held Fires' admit has ended.
+        """
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            if held:
+                nursery.start_soon(self._admit_held, held, tally)
+            try:
+                claims = (
+                    await self._store.claim(self._owner, limit, self._lease_ms) if limit else []
+                )
+            except Exception as exc:
+                failure = exc
+            else:
+                replied = trio.current_time()
+                if limit:
+                    self._note_claim(claims, stop, tally)
+                await self._settle_round(claims, stop, tally, started, replied)
+        if failure is not None:
+            raise failure
+
+    async def _admit_held(self, held: Sequence[HeldFire], tally: RoundCounts) -> None:
+        """Admit held Fires in batches of at most the catch-up budget, one after the other:
+        the first batch commits as soon as it alone can, not after all of them."""
+        size = max(1, self._max_budget // 2)
+        for i in range(0, len(held), size):
+            batch = held[i : i + size]
+            # The lease check runs from the oldest claim among them.
+            oldest = min(h.claimed_at for h in batch)
+            await self._admit_in_lease([h.fire for h in batch], tally, oldest)
+
+    async def _settle_round(
+        self,
+        claims: Sequence[Claim],
+        stop: trio.Event | None,
+        tally: RoundCounts,
+        started: float,
+        replied: float,
+    ) -> None:
+        """Decide every claim, hold the Fires not due yet, then write: the Fires due in one
+        admit, beside the other claims' writes.
+
+        Every claim is decided first (pure, no I/O): the round's Fires go to their admit at
+        once, beside the other claims' writes (Initialize, Skip, release on their own pool),
+        instead of after them. Rejected: admitting after every write, which made due rows
+        wait on a large publish's Initializes."""
+        decided = [(claim, self._decide_or_report(claim, stop, tally)) for claim in claims]
+        fires: list[FireRequest] = []
+        for claim, decision in decided:
+            if isinstance(decision, Fire):
+                fire = fire_request(claim, decision)
+                tally.fired += 1
+                due = due_ms(claim) or claim.claimed_at_ms
+                if due > claim.claimed_at_ms:
+                    self._ahead.hold(fire, due, due - claim.claimed_at_ms, replied)
+                    tally.decided_ahead += 1
+                else:
+                    fires.append(fire)
+        async with trio.open_nursery() as nursery:
+            if fires:
+                nursery.start_soon(self._admit_in_lease, fires, tally, started)
+            for claim, decision in decided:
+                if not isinstance(decision, Fire):
+                    nursery.start_soon(self._settle, claim, decision, tally)
+
+    async def release_ahead(self) -> int:
+        """Release, under their fence, the claims of every Fire held ahead (the replica is
+        stopping: another replica fires them when due). Returns how many were held."""
+        held = self._ahead.take_all()
+        tally = RoundCounts()
+        async with trio.open_nursery() as nursery:
+            for h in held:
+                nursery.start_soon(self._settle, h.fire.claim, RELEASE, tally)
+        return len(held)
 
     def _next_budget(self, done: RoundStats) -> int:
         """The budget of the round after ``done``.
@@ -237,18 +338,24 @@ class RoundEngine(Generic[M]):
             return min(self._max_budget, done.budget * 2)
         return min(self._budget, done.budget * 2)
 
-    def _decide(self, claim: Claim) -> Decision | None:
+    def _decide(self, claim: Claim, *, ahead: bool = False) -> Decision | None:
         """The claim's decision, or None when its spec cannot be built (reported, counted,
         and the claim left as it is: released, it would be due again at once and, ordered
-        first, would take the budget from valid rows every round)."""
+        first, would take the budget from valid rows every round). ``ahead``: a row claimed
+        before it is due (only a claim with a lookahead returns one) is decided as of its
+        due time, and its Fire held until then."""
         spec = self._specs.get(claim)
         if isinstance(spec, InvalidSpec):
             self._tally_invalid(claim, spec)
             return None
-        return decide(spec, claim.cursor_ms, claim.claimed_at_ms, claim.jitter)
+        now_ms = claim.claimed_at_ms
+        due = due_ms(claim)
+        if ahead and due is not None and now_ms < due <= now_ms + self._lookahead_ms:
+            now_ms = due
+        return decide(spec, claim.cursor_ms, now_ms, claim.jitter)
 
     def _tally_invalid(self, claim: Claim, spec: InvalidSpec) -> None:
-        self._emit(SPEC_INVALID, claim, at_ms=claim.claimed_at_ms, exception=spec.exception)
+        self._reports.emit(SPEC_INVALID, claim, at_ms=claim.claimed_at_ms, exception=spec.exception)
 
     async def _write_round(
         self, writer: RoundWriter, claims: Sequence[Claim], tally: RoundCounts
@@ -279,7 +386,7 @@ class RoundEngine(Generic[M]):
         outcomes = await writer.commit(fires, settles)
         self._tally_admits(fires, outcomes[: len(fires)], tally)
         for outcome in outcomes[len(fires) :]:
-            self._count(outcome, tally)
+            self._reports.count(outcome, tally)
 
     def _decide_or_report(
         self, claim: Claim, stop: trio.Event | None, tally: RoundCounts
@@ -290,7 +397,7 @@ class RoundEngine(Generic[M]):
             tally.released_on_stop += 1
             return RELEASE
         try:
-            decision = self._decide(claim)
+            decision = self._decide(claim, ahead=True)
         except Exception as exc:
             self._claim_failed(claim, exc, tally)
             return None
@@ -320,7 +427,7 @@ class RoundEngine(Generic[M]):
                     outcome = await self._store.skip(claim, decision)
                 case _:
                     assert_never(decision)
-            self._count(outcome, tally)
+            self._reports.count(outcome, tally)
         except Exception as exc:
             self._claim_failed(claim, exc, tally)
 
@@ -378,83 +485,4 @@ class RoundEngine(Generic[M]):
                     outcome.admitted_at_ms - outcome.scheduled_for_ms - fire.jitter_offset_ms,
                     outcome.admitted_at_ms - outcome.scheduled_for_ms,
                 )
-            self._count(outcome, tally)
-
-    def _count(self, outcome: Outcome, tally: RoundCounts) -> None:
-        """Tally one store outcome; report those an operator must see."""
-        match outcome:
-            case Admitted(held=held):
-                tally.admitted += 1
-                tally.held += held
-            case OverlapSkipped():
-                tally.overlap_skipped += 1
-            case AlreadyAdmitted():
-                # Reported by the store (a diagnostic and the row's count); nothing heals.
-                tally.already_admitted += 1
-            case Initialized():
-                tally.initialized += 1
-            case Skipped(skipped=skipped):
-                tally.skipped += 1
-                tally.skipped_occurrences += skipped
-            case Released():
-                tally.released += 1
-            case FenceLost(part=part):
-                # A lost race is normal operation (a takeover after expiry, a re-publish):
-                # counted by part, not reported.
-                tally.fence_lost[part] = tally.fence_lost.get(part, 0) + 1
-            case RevisionChanged(part=part):
-                # A trigger or cursor change is a re-publish racing this round: it heals.
-                # A task or execution pin that moved without its trigger does not.
-                tally.revision_changed += 1
-                if part in ("task", "execution"):
-                    self._refused(outcome, part)
-            case Inactive(reason=reason):
-                tally.inactive += 1
-                self._refused(outcome, reason)
-            case DigestInvalid(part=part):
-                tally.digest_invalid += 1
-                self._refused(outcome, part)
-            case CommitUnknown(exception=exception):
-                tally.commit_unknown += 1
-                self._emit(outcome_code(outcome), outcome, exception=exception)
-            case RetryExhausted(attempts=attempts, sqlstate=sqlstate):
-                tally.retry_exhausted += 1
-                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, count=attempts)
-            case StoreFailed(sqlstate=sqlstate, exception=exception):
-                tally.store_failed += 1
-                self._emit(outcome_code(outcome), outcome, sqlstate=sqlstate, exception=exception)
-            case _:
-                assert_never(outcome)
-
-    def _refused(self, outcome: RevisionChanged | Inactive | DigestInvalid, part: str) -> None:
-        """An admit refused for a reason that does not heal by itself, until an operator
-        re-publishes: a diagnostic naming it, and a metric by outcome and part."""
-        code = outcome_code(outcome)
-        self.metrics.count_refused(code, part)
-        self._emit(code, outcome, part=part)
-
-    def _emit(
-        self,
-        code: str,
-        about: Claim | Outcome,
-        *,
-        at_ms: int | None = None,
-        part: str | None = None,
-        sqlstate: str | None = None,
-        exception: str | None = None,
-        count: int | None = None,
-    ) -> None:
-        """A diagnostic about one trigger (a claim of it, or a store outcome for it)."""
-        self.sink.emit(
-            Diagnostic(
-                code=code,
-                replica=self._owner,
-                at_ms=at_ms,
-                project_id=about.project_id,
-                trigger_id=about.trigger_id,
-                part=part,
-                sqlstate=sqlstate,
-                exception=exception,
-                count=count,
-            )
-        )
+            self._reports.count(outcome, tally)

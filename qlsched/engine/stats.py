@@ -44,6 +44,16 @@ class RoundCounts(msgspec.Struct, kw_only=True):
     skipped_occurrences: int = 0
     stopping: bool = False
     """The lifecycle was stopping by the time the claim statement returned."""
+    decided_ahead: int = 0
+    """Fires decided before their due time (claimed ahead) and held, also in ``fired``."""
+    held_ahead: int = 0
+    """Fires held ahead when the round ended (``engine.ahead``), all rounds' together."""
+    held_due_in_ms: int | None = None
+    """From the round's start to the first held Fire's due time, by Trio's clock (None:
+    none held): the lifecycle starts the next round then, to admit it."""
+    next_due_stale: bool = False
+    """The store reads the next due time with its claim, and this round moved cursors after
+    that read: a moved cursor may be the next due, so the read is stale."""
     next_due_in_ms: int | None = None
     """From the round's claim to the next unclaimed row's due time, by the database's clock,
     when the store reads it with the claim (None: unknown, or nothing waiting)."""

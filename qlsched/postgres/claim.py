@@ -79,22 +79,22 @@ def observed_schedule(row: Any) -> ObservedSchedule | None:
 
 
 async def claim_rows(
-    db: Database, owner: str, limit: int, lease_ms: int
+    db: Database, owner: str, limit: int, lease_ms: int, lookahead_ms: int = 0
 ) -> tuple[list[Claim], int | None]:
-    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement); also
-    how long from the claim until the next unclaimed row falls due (database ms; None: no
-    row is waiting to fall due)."""
+    """Claim up to ``limit`` due or uninitialised rows for ``owner`` (one statement), rows
+    due within ``lookahead_ms`` counting as due; also how long from the claim until the next
+    unclaimed row enters that window (database ms; None: no row is waiting to fall due)."""
     sql = query("claim")
 
     async def fn(conn: Connection) -> list[Any]:
-        return list(await conn.fetch(sql, owner, limit, lease_ms))
+        return list(await conn.fetch(sql, owner, limit, lease_ms, lookahead_ms))
 
     rows = await db.run(fn)
     claims = [_claim_from_row(r) for r in rows if r["project_id"] is not None]
     first = rows[0] if rows else None
     if first is None or first["next_due_ms"] is None:
         return claims, None
-    return claims, int(first["next_due_ms"]) - int(first["now_ms"])
+    return claims, int(first["next_due_ms"]) - int(first["now_ms"]) - lookahead_ms
 
 
 class LeaseDeadlines:

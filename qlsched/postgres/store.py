@@ -45,11 +45,14 @@ class ReplicaPools:
         *,
         retries: int = 5,
         sink: DiagnosticSink | None = None,
+        lookahead_ms: int = 0,
     ) -> None:
         self._claim_db = claim_db
         self._admit_db = admit_db
         self._retries = retries
         self._sink = sink
+        self._lookahead_ms = lookahead_ms
+        """Rows due within this many ms are claimed ahead (the schedule rows' store only)."""
 
 
 class PostgresStore(ReplicaPools):
@@ -77,12 +80,19 @@ class PostgresStore(ReplicaPools):
         return self._admission.statements
 
     @property
+    def early_sends(self) -> int:
+        """Times rows claimed ahead and sent before they were due were sent again."""
+        return self._admission.early_sends
+
+    @property
     def ssi_retries(self) -> int:
         """Admit statements re-sent after a serialization failure or deadlock."""
         return self._admission.ssi_retries
 
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
-        claims, self.next_due_in_ms = await claim_rows(self._claim_db, owner, limit, lease_ms)
+        claims, self.next_due_in_ms = await claim_rows(
+            self._claim_db, owner, limit, lease_ms, self._lookahead_ms
+        )
         self._leases.record(claims, lease_ms)
         return claims
 

@@ -289,7 +289,7 @@ async def claim_timings(
             await transaction.start()
             try:
                 started = time.perf_counter_ns()
-                await claim.fetch(owner, k, lease_ms)
+                await claim.fetch(owner, k, lease_ms, 0)
                 elapsed = time.perf_counter_ns() - started
             finally:
                 await transaction.rollback()
@@ -307,7 +307,7 @@ async def explain_claim(conn: Connection, *, owner: str, limit: int, lease_ms: i
     """The claim's executed plan (EXPLAIN ANALYZE, rolled back): its nodes and the server's
     planning and execution times."""
     statement = await conn.prepare(query("claim"))
-    explained: Any = await statement.explain(owner, limit, lease_ms, analyze=True)
+    explained: Any = await statement.explain(owner, limit, lease_ms, 0, analyze=True)
     if isinstance(explained, str):  # a driver that hands back the JSON text
         explained = json.loads(explained)
     nodes: list[str] = []

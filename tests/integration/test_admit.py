@@ -34,7 +34,7 @@ from qlsched.core.outcomes import (
     Skipped,
     StoreFailed,
 )
-from qlsched.postgres.admit import MixedOwners
+from qlsched.postgres.admit_rows import MixedOwners
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.publish import publish
 from qlsched.postgres.store import ADMIT_SETTINGS, PostgresStore

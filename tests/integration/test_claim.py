@@ -131,7 +131,7 @@ async def test_claim_vs_uncommitted_claim(env: Env) -> None:
     await env.make_due()
     a = await env.connect()
     await a.execute("BEGIN")
-    a_rows = await a.fetch(query("claim"), "A", 2, LEASE_MS)
+    a_rows = await a.fetch(query("claim"), "A", 2, LEASE_MS, 0)
     assert [r["trigger_id"] for r in a_rows] == ["t0000", "t0001"]
 
     with trio.fail_after(1.0):
@@ -418,15 +418,15 @@ async def test_claim_plan_walks_the_claim_index(env: Env) -> None:
     sql = query("claim")
 
     async def custom(conn: Connection) -> str:
-        return str(await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, "r1", 16, LEASE_MS))
+        return str(await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, "r1", 16, LEASE_MS, 0))
 
     async def generic(conn: Connection) -> str:
         async with conn.transaction():
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute("PREPARE claim_plan(text, int, bigint) AS " + sql)
+            await conn.execute("PREPARE claim_plan(text, int, bigint, bigint) AS " + sql)
             try:
                 return str(
-                    await conn.fetchval("EXPLAIN (FORMAT JSON) EXECUTE claim_plan('r1', 16, 30000)")
+                    await conn.fetchval("EXPLAIN (FORMAT JSON) EXECUTE claim_plan('r1', 16, 30000, 250)")
                 )
             finally:
                 await conn.execute("DEALLOCATE claim_plan")
@@ -449,9 +449,9 @@ async def test_claim_draws_randomness_once_and_only_when_it_claims(env: Env) -> 
         await transaction.start()
         try:
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute("PREPARE claim_draws(text, int, bigint) AS " + sql)
+            await conn.execute("PREPARE claim_draws(text, int, bigint, bigint) AS " + sql)
             explained = await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_draws('r1', 16, 30000)"
+                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_draws('r1', 16, 30000, 0)"
             )
             await conn.execute("DEALLOCATE claim_draws")  # a session's, not rolled back
         finally:

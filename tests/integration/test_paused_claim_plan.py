@@ -47,7 +47,7 @@ async def _claim(db: TestDatabase) -> tuple[bench_data.ClaimPlan, list[Any]]:
         tx = conn.transaction()
         await tx.start()
         try:
-            await conn.fetch(query("claim"), "probe", K, 30_000)
+            await conn.fetch(query("claim"), "probe", K, 30_000, 0)
             claimed = await conn.fetch(
                 "SELECT trigger_id, paused_at_ms FROM qlsched.trigger_schedules"
                 " WHERE claim_owner = 'probe'"

@@ -74,16 +74,21 @@ def on(method: str, action: Hook) -> Hook:
 
 
 class AheadStore(MemoryStore):
-    """Returns claims of the named triggers as if taken before their cursor (NotDue)."""
+    """Returns claims of the named triggers as if taken ``early_ms`` before their cursor:
+    NotDue by default (further ahead than any lookahead); within the replica's lookahead,
+    a claim taken ahead."""
 
-    def __init__(self, *, ahead: set[str], hook: Hook | None = None) -> None:
+    def __init__(
+        self, *, ahead: set[str], hook: Hook | None = None, early_ms: int = 3_600_000
+    ) -> None:
         super().__init__(mock_now_ms, hook=hook)
         self._ahead = ahead
+        self._early_ms = early_ms
 
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
         claims = await super().claim(owner, limit, lease_ms)
         return [
-            msgspec.structs.replace(c, claimed_at_ms=c.cursor_ms - 1)
+            msgspec.structs.replace(c, claimed_at_ms=c.cursor_ms - self._early_ms)
             if (c.trigger_id in self._ahead or "*" in self._ahead) and c.cursor_ms is not None
             else c
             for c in claims

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from qlsched.core.outcomes import DigestInvalid, Inactive, RevisionChanged, outcome_code
-from qlsched.postgres.admit import REFUSALS, UnknownRefusal, decode_refusal
+from qlsched.postgres.admit_rows import REFUSALS, UnknownRefusal, decode_refusal
 from qlsched.postgres.queries import query
 
 _CODE = re.compile(r"ARRAY\['([a-z_]+)', '([a-z_]+)'\]")

@@ -68,6 +68,18 @@ def test_sources_override_in_order_and_are_named() -> None:
         load_config(env={"QLSCHED_CADENCE_MS": "5"})
 
 
+def test_lookahead_leaves_most_of_the_lease_for_the_admit() -> None:
+    """Rule: rows are claimed at most a quarter of a lease ahead, 0 turns it off, and the
+    error names both options."""
+    assert Config(owner="r1").lookahead_ms == 250
+    assert Config(owner="r1", lookahead_ms=0).lookahead_ms == 0
+    assert Config(owner="r1", lease_ms=40_000, lookahead_ms=10_000).lookahead_ms == 10_000
+    with pytest.raises(ConfigError, match="lookahead_ms=10001 must be at most a quarter"):
+        Config(owner="r1", lease_ms=40_000, lookahead_ms=10_001)
+    with pytest.raises(ConfigError, match="lookahead_ms=-1 is out of bounds 0..60000"):
+        Config(owner="r1", lookahead_ms=-1)
+
+
 def test_every_run_flag_sets_the_config_field_it_is_named_after() -> None:
     """Rule: ``qlsched run`` has one flag per entry of ``core.config.FLAGS``, named after its
     Config field (``claim_budget`` is ``--claim-budget``), and the value given lands in that
@@ -81,6 +93,7 @@ def test_every_run_flag_sets_the_config_field_it_is_named_after() -> None:
         "catch_up_budget": "9",
         "lease_ms": "40000",
         "cadence_ms": "500",
+        "lookahead_ms": "100",
         "stop_timeout_ms": "1000",
         "http": "127.0.0.1:9",
         "diagnostics": "d.log",

@@ -6,7 +6,10 @@
 -- idempotency key, locator (the tuple id the claim returned, or NULL); $18: wait for rows
 -- another session holds (true) or skip them (false; a batch of one always waits).
 -- Each row is verified by the database clock against its whole fence, its revisions and
--- digests (the payload's SHA-256 re-computed); a row that passes gets its cursor advanced,
+-- digests (the payload's SHA-256 re-computed), and against its due time: a row claimed
+-- ahead is never admitted before it falls due by this clock (it comes back untouched,
+-- with its `due_at_ms`, for the caller to send again when it is due); a row that passes
+-- gets its cursor advanced,
 -- its queued Run, claimed Attempt and two events, all or none. A row that fails comes back
 -- with what names the failure: (refusal_kind, refusal_part), an outcome's tag and part, for
 -- a check that needs no schedule row, else the row read back. One held by another session
@@ -155,6 +158,7 @@ advanced AS (
        AND s.claim_version = c.claim_version AND s.claim_expires_at_ms > now.ms
        AND s.state_version = c.state_version AND s.trigger_revision = c.trigger_revision
        AND s.next_fire_at_ms = c.scheduled_for_ms
+       AND s.due_at_ms <= now.ms
  RETURNING c.ord, s.updated_at_ms
 ),
 -- Joined by request row, not by key: a Fire gets a Run only if its own row advanced (two
@@ -214,12 +218,12 @@ SELECT c.ord, a.at_ms AS admitted_at_ms, c.decision AS overlap,
        c.refusal[1] AS refusal_kind,
        c.refusal[2] AS refusal_part, (SELECT ms FROM now) AS now_ms,
        r.trigger_revision, r.claim_owner, r.claim_token, r.claim_version,
-       r.claim_expires_at_ms, r.state_version, r.next_fire_at_ms
+       r.claim_expires_at_ms, r.state_version, r.next_fire_at_ms, r.due_at_ms
   FROM ordered AS c
   LEFT JOIN admitted AS a ON a.ord = c.ord
   LEFT JOIN LATERAL (
          SELECT s.trigger_revision, s.claim_owner, s.claim_token, s.claim_version,
-                s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms
+                s.claim_expires_at_ms, s.state_version, s.next_fire_at_ms, s.due_at_ms
            FROM qlsched.trigger_schedules AS s
           WHERE a.ord IS NULL
             AND s.project_id = c.project_id AND s.trigger_id = c.trigger_id

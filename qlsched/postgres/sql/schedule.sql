@@ -1,5 +1,7 @@
 -- name: claim
--- Claim up to $2 due or uninitialised schedule rows for owner $1, lease $3 ms.
+-- Claim up to $2 due or uninitialised schedule rows for owner $1, lease $3 ms; a row due
+-- within the next $4 ms counts as due (claimed ahead: the replica decides it now and admits
+-- it when it falls due, which the admit checks by this clock; 0: only rows already due).
 -- One statement, sent alone in autocommit on a READ COMMITTED connection, so the lease is
 -- committed at once and no lock outlives it. Time: one observation of the database clock.
 -- Three arms, each an ordered partial-index scan with SKIP LOCKED: unclaimed due rows
@@ -24,7 +26,7 @@ due AS MATERIALIZED (
     SELECT s.project_id, s.trigger_id, s.due_at_ms AS k
       FROM qlsched.trigger_schedules AS s
      WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
-       AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now)
+       AND COALESCE(s.due_at_ms, -1) <= (SELECT ms FROM now) + $4::bigint
      ORDER BY COALESCE(s.due_at_ms, -1), s.project_id, s.trigger_id
      LIMIT $2
        FOR UPDATE OF s SKIP LOCKED
@@ -95,13 +97,14 @@ claimed AS (
            t.misfire_grace_ms, t.content_digest, t.task_id, t.task_revision,
            t.execution_revision_id, t.dst_gap, t.dst_fold, t.jitter_ms, s.due_at_ms
 ),
--- The next unclaimed row to fall due after now (one probe of the claim index): the
--- replica sleeps until then when that is sooner than its cadence.
+-- The next unclaimed row to fall due after the window of rows claimed ahead (one probe of
+-- the claim index): the replica sleeps until it enters that window when that is sooner
+-- than its cadence.
 upcoming AS MATERIALIZED (
     SELECT COALESCE(s.due_at_ms, -1) AS k
       FROM qlsched.trigger_schedules AS s
      WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
-       AND COALESCE(s.due_at_ms, -1) > (SELECT ms FROM now)
+       AND COALESCE(s.due_at_ms, -1) > (SELECT ms FROM now) + $4::bigint
      ORDER BY COALESCE(s.due_at_ms, -1)
      LIMIT 1
 )

@@ -15,6 +15,7 @@
 --   $1 := :owner
 --   $2 := :k
 --   $3 := :lease_ms
+--   $4 := 0
 \gset
 \startpipeline
 BEGIN ISOLATION LEVEL SERIALIZABLE;

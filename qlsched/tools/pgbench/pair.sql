@@ -19,6 +19,7 @@
 --   $1 := :owner
 --   $2 := 1
 --   $3 := :lease_ms
+--   $4 := 0
 \gset
 \startpipeline
 BEGIN ISOLATION LEVEL SERIALIZABLE;

@@ -1,0 +1,163 @@
+"""Claiming ahead on real PostgreSQL: the claim's lookahead window, the admit's due-time
+check by the database clock, and replicas that claim ahead and never admit early.
+
+Rules pinned:
+- a claim with a lookahead takes rows due within it and no further; its next-due reading
+  is when the next row enters the window;
+- an admit sent before its row is due writes nothing (no Run, the cursor and claim
+  unchanged) and is sent again when due, then admitted at or after the due time;
+- an admit whose wait would outlive its lease gives its claim back at once;
+- two coordinators with the default lookahead admit every occurrence once, none before it
+  was due, and decide some ahead.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import trio
+
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config
+from qlsched.core.fence import Claim
+from qlsched.core.keys import fire_request
+from qlsched.core.outcomes import Admitted, Fire, RetryExhausted
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from qlsched.engine.stats import RoundStats
+from qlsched.postgres.store import PostgresStore
+from tests.integration.adapter_support import LEASE_MS, Env, decision_for, trigger
+from tests.support.memory_sink import MemorySink
+
+HOURLY = "0 * * * *"
+
+
+def hourly(*ids: str) -> PublishFile:
+    return PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[TaskEntry(project="p", id="task", command="true")],
+        triggers=[trigger("p", i, cron=HOURLY) for i in ids],
+    )
+
+
+async def ahead_store(env: Env, lookahead_ms: int, sink: MemorySink | None = None) -> PostgresStore:
+    claim_db, admit_db = await env.open_pools()
+    return PostgresStore(claim_db, admit_db, sink=sink, lookahead_ms=lookahead_ms)
+
+
+def fire_at_due(claim: Claim) -> Fire:
+    """The claim's decision as of its due time (the engine's for a claim taken ahead)."""
+    assert claim.cursor_ms is not None
+    decision = decision_for(msgspec.structs.replace(claim, claimed_at_ms=claim.cursor_ms))
+    assert isinstance(decision, Fire), decision
+    return decision
+
+
+async def test_a_claim_takes_rows_due_within_its_lookahead_and_no_further(env: Env) -> None:
+    await env.publish(hourly("due", "soon", "later"))
+    now = await env.now_ms()
+    await env.set_cursor("p", "due", now - 1_000)
+    await env.set_cursor("p", "soon", now + 2_000)
+    await env.set_cursor("p", "later", now + 20_000)
+    store = await ahead_store(env, 5_000)
+
+    claims = await store.claim("r1", 10, LEASE_MS)
+
+    assert [c.trigger_id for c in claims] == ["due", "soon"]
+    assert store.next_due_in_ms is not None
+    # "later" enters the 5 s window 15 s after now (less the time the statements took).
+    assert 14_000 <= store.next_due_in_ms <= 15_000
+    # Without a lookahead the same row is not claimable yet.
+    assert await env.store.claim("r2", 10, LEASE_MS) == []
+
+
+async def test_an_admit_before_the_due_time_writes_nothing_until_due(env: Env) -> None:
+    await env.publish(hourly("t"))
+    due = await env.now_ms() + 1_500
+    await env.set_cursor("p", "t", due)
+    store = await ahead_store(env, 5_000)
+    [claim] = await store.claim("r1", 1, LEASE_MS)
+    fire = fire_request(claim, fire_at_due(claim))
+    before = await env.schedule("p", "t")
+
+    outcomes: list[object] = []
+
+    async def admit() -> None:
+        outcomes.extend(await store.admit([fire]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(admit)
+        with trio.fail_after(10):
+            while True:  # the statement came back early, and the store waits to send it again
+                if store.early_sends:
+                    break
+                await trio.sleep(0.01)
+        # The statement ran and came back: nothing written, and it is still before due.
+        assert await env.now_ms() < due
+        assert msgspec.structs.astuple(await env.counts()) == (0, 0, 0)
+        assert await env.schedule("p", "t") == before
+
+    [outcome] = outcomes
+    assert isinstance(outcome, Admitted), outcome
+    assert outcome.admitted_at_ms >= due
+    assert store.early_sends == 1
+    [run] = await env.su("SELECT scheduled_for_ms, created_at_ms FROM qlsched.runs")
+    assert run["scheduled_for_ms"] == due
+    assert run["created_at_ms"] >= due
+
+
+async def test_an_admit_that_cannot_wait_in_its_lease_gives_the_claim_back(env: Env) -> None:
+    await env.publish(hourly("t"))
+    due = await env.now_ms() + 5_000
+    await env.set_cursor("p", "t", due)
+    sink = MemorySink()
+    store = await ahead_store(env, 10_000, sink)
+    [claim] = await store.claim("r1", 1, 3_000)  # a lease shorter than the wait
+    fire = fire_request(claim, fire_at_due(claim))
+
+    [outcome] = await store.admit([fire])
+
+    assert isinstance(outcome, RetryExhausted), outcome
+    assert await env.now_ms() < due  # given back at once, not after the lease
+    assert msgspec.structs.astuple(await env.counts()) == (0, 0, 0)
+    row = await env.schedule("p", "t")
+    assert (row["claim_token"], row["next_fire_at_ms"], row["failures"]) == (None, due, 1)
+    assert "admit_not_due" in [d.code for d in sink.items]
+
+
+async def test_replicas_claiming_ahead_admit_once_and_never_early(env: Env) -> None:
+    every_second = PublishFile(
+        projects=[ProjectEntry(id="p")],
+        tasks=[TaskEntry(project="p", id="task", command="true")],
+        triggers=[trigger("p", f"s{i}", cron="* * * * * *") for i in range(20)],
+    )
+    await env.publish(every_second)
+    start = (await env.now_ms()) // 1000 * 1000 + 2_000
+    await env.make_due(age_ms=0)
+    await env.su_exec("UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $1", start)
+    seen: list[RoundStats] = []
+    replicas = []
+    for owner in ("r1", "r2"):
+        store = await ahead_store(env, 250)
+        replicas.append(Coordinator(store, Config(owner=owner), env.sink, Metrics()))
+
+    async def run(c: Coordinator) -> None:
+        while True:
+            seen.append(await c.run_round())
+            await trio.sleep(0.02)
+
+    async with trio.open_nursery() as nursery:
+        for c in replicas:
+            nursery.start_soon(run, c)
+        await env.wait_db_time(start + 3_500, timeout_s=15)
+        nursery.cancel_scope.cancel()
+
+    runs = await env.su(
+        "SELECT trigger_id, scheduled_for_ms, created_at_ms FROM qlsched.runs"
+        " WHERE scheduled_for_ms BETWEEN $1 AND $2",
+        start,
+        start + 2_000,
+    )
+    keys = [(r["trigger_id"], r["scheduled_for_ms"]) for r in runs]
+    assert len(keys) == len(set(keys)) == 60
+    assert all(r["created_at_ms"] >= r["scheduled_for_ms"] for r in runs)
+    assert sum(s.decided_ahead for s in seen) > 0
