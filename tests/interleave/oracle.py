@@ -64,6 +64,7 @@ class RunRow:
     execution_revision_id: uuid.UUID
     admitted_claim_token: uuid.UUID | None = None
     admitted_claim_version: int | None = None
+    created_at_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,9 @@ def check(
             problems.append(
                 f"{label}: a second Run for this occurrence (first r{first.trigger_revision})"
             )
+        if r.created_at_ms is not None and r.created_at_ms < r.scheduled_for_ms:
+            # The explorer's triggers have no jitter: the scheduled time is the due time.
+            problems.append(f"{label}: admitted at {r.created_at_ms}, before it was due")
         if r.idempotency_key != idempotency_key(
             r.trigger_id, r.trigger_revision, r.scheduled_for_ms
         ):
@@ -219,7 +223,7 @@ SELECT s.trigger_id, s.trigger_revision AS schedule_revision, s.next_fire_at_ms 
 
 RUNS_SQL = """
 SELECT trigger_id, trigger_revision, scheduled_for_ms, idempotency_key, task_revision,
-       execution_revision_id, admitted_claim_token, admitted_claim_version
+       execution_revision_id, admitted_claim_token, admitted_claim_version, created_at_ms
   FROM qlsched.runs WHERE project_id = $1 ORDER BY trigger_id, scheduled_for_ms
 """
 

@@ -1,4 +1,4 @@
-"""The explorer's pairs: a replica's round (one of six shapes) against one concurrent actor
+"""The explorer's pairs: a replica's round (one of seven shapes) against one concurrent actor
 (one of seven), each ordering on a project of its own in one shared database.
 
 Every project ``oN`` has task ``t`` and two triggers (ids ``oNx``, ``oNy``: trigger ids are
@@ -8,7 +8,10 @@ unique across projects): ``x`` every minute (misfire ``skip``, grace
 * ``init``: x uninitialised -> Initialize; ``fire``: x due -> one Fire, the single admit;
   ``batch``: x and y due -> two Fires, the batch admit; ``skip``: x ten minutes late ->
   Skip; ``release``: x due, the claim let go undecided; ``lost``: as ``fire``, but the
-  admit's reply is lost after its COMMIT (a proxy resets the connection).
+  admit's reply is lost after its COMMIT (a proxy resets the connection); ``ahead``: x
+  runs every second and falls due just after the set-up; the round's replica claims
+  it ahead (its lookahead), decides it as of its due time and admits it, the store sending
+  it again until the database clock says it is due (the oracle: never admitted early).
 
 A round is four steps, ``claim.snap`` (the claim statement has its snapshot and waits at
 the gate, before locking a row), ``claim.lock`` (the gate opens: it locks and returns),
@@ -33,13 +36,20 @@ from tests.interleave.engine import Session, Step
 from tests.interleave.oracle import History, Start, read_rows, record_revisions, schedule_of
 from tests.interleave.world import GATE_KEY, Publisher, Raw, Replica
 
-ROUNDS = ("init", "fire", "batch", "skip", "release", "lost")
+ROUNDS = ("init", "fire", "batch", "skip", "release", "lost", "ahead")
 ACTORS = ("spec", "task", "disable", "prune", "archive", "takeover", "vacuum")
 
 EVERY_MINUTE = "* * * * *"
+EVERY_SECOND = "* * * * * *"
 YEARLY = "0 0 1 1 *"
 MINUTE_MS = 60_000
 GRACE_MS = 120_000
+AHEAD_MS = 100
+"""``ahead``: x (every second) falls due at the first whole second this long after the
+round's set-up."""
+LOOKAHEAD_MS = 60_000
+"""The round's replica claims this far ahead: ``ahead``'s row is claimed ahead in every
+ordering (and no other shape has a row due within it that is not due already)."""
 
 NOW_SQL = "SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint"
 SET_CURSOR_SQL = (
@@ -134,11 +144,13 @@ def _jan_first(now_ms: int) -> int:
 async def set_up(actors: Actors, shape: str, o: Ordering) -> None:
     """Publish the project, place the cursors for the round's shape, record the start."""
     su, p = actors.su, o.project
-    await actors.admin.call(publish, actors.admin.conn, publish_file(p))
+    spec = publish_file(p, x_cron=EVERY_SECOND) if shape == "ahead" else publish_file(p)
+    await actors.admin.call(publish, actors.admin.conn, spec)
     now = int(await su.fetchval(NOW_SQL))
     minute = now - now % MINUTE_MS
     yearly_next = next_after(schedule_of(YEARLY, "UTC"), now)
-    x = {"init": None, "skip": minute - 10 * MINUTE_MS}.get(shape, minute)
+    ahead = -(-(now + AHEAD_MS) // 1000) * 1000  # the first whole second AHEAD_MS away
+    x = {"init": None, "skip": minute - 10 * MINUTE_MS, "ahead": ahead}.get(shape, minute)
     y = _jan_first(now) if shape == "batch" else yearly_next
     await su.execute(SET_CURSOR_SQL, p, f"{p}x", x)
     await su.execute(SET_CURSOR_SQL, p, f"{p}y", y)

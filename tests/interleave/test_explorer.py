@@ -21,6 +21,7 @@ from tests.interleave.engine import Engine, count_orderings, orderings
 from tests.interleave.oracle import RunRow, check, read_rows, read_runs
 from tests.interleave.scenarios import (
     ACTORS,
+    LOOKAHEAD_MS,
     ROUNDS,
     Actors,
     Ordering,
@@ -50,6 +51,7 @@ EXPECTED_OUTCOME = {
     "skip": "Skipped",
     "release": "Released",
     "lost": "CommitUnknown",
+    "ahead": "Admitted",
 }
 """What the round's replica must reach in some ordering (the one where the actor acts
 last, at least): else the round never exercised the step it is named for."""
@@ -211,7 +213,9 @@ async def _explore(
             su=await world.connect(su_dsn),
             admin=await world.connect(pg_db.admin_dsn),
             gate=await world.connect(su_dsn),
-            a=await world.replica("replica-a", gated=True, admit_dsn=admit_dsn),
+            a=await world.replica(
+                "replica-a", gated=True, admit_dsn=admit_dsn, lookahead_ms=LOOKAHEAD_MS
+            ),
         )
         if "takeover" in names:
             actors.c = await world.replica("replica-c", gated=False)

@@ -87,14 +87,18 @@ class Raw:
         return await self.call(self.conn.fetchval, sql, *args)
 
 
-def decision_of(claim: Claim) -> Decision:
-    """The coordinator's decision for a claim: pure, on the claim's own database time."""
+def decision_of(claim: Claim, lookahead_ms: int = 0) -> Decision:
+    """The coordinator's decision for a claim: pure, on the claim's own database time, or
+    as of its due time for a row claimed ahead (due within ``lookahead_ms``)."""
     spec = TriggerSpec(
         cron=schedule_of(claim.cron, claim.timezone),
         misfire_policy=claim.misfire_policy,  # type: ignore[arg-type]
         misfire_grace_ms=claim.misfire_grace_ms,
     )
-    return decide(spec, claim.cursor_ms, claim.claimed_at_ms)
+    now = claim.claimed_at_ms
+    if claim.cursor_ms is not None and now < claim.cursor_ms <= now + lookahead_ms:
+        now = claim.cursor_ms
+    return decide(spec, claim.cursor_ms, now)
 
 
 @dataclasses.dataclass
@@ -105,6 +109,7 @@ class Replica:
     store: PostgresStore
     claim_db: Database
     admit_db: Database
+    lookahead_ms: int = 0
     pids: list[int] = dataclasses.field(default_factory=list)
     claims: list[Claim] = dataclasses.field(default_factory=list)
     decisions: list[tuple[Claim, Decision]] = dataclasses.field(default_factory=list)
@@ -123,7 +128,7 @@ class Replica:
         self.claims = await self.store.claim(self.owner, BUDGET, LEASE_MS)
 
     async def decide(self) -> None:
-        self.decisions = [(c, decision_of(c)) for c in self.claims]
+        self.decisions = [(c, decision_of(c, self.lookahead_ms)) for c in self.claims]
 
     async def settle(self) -> None:
         """What the coordinator does with the decisions: Fires in one admit (a batch when
@@ -199,7 +204,9 @@ class World:
         self.stack.push_async_callback(close)
         return raw
 
-    async def replica(self, owner: str, *, gated: bool, admit_dsn: str | None = None) -> Replica:
+    async def replica(
+        self, owner: str, *, gated: bool, admit_dsn: str | None = None, lookahead_ms: int = 0
+    ) -> Replica:
         claim_settings = {**CLAIM_SETTINGS, **({"explorer.gate": "on"} if gated else {})}
         claim_db = await self.stack.enter_async_context(
             open_database(self.runtime_dsn, max_size=1, settings=claim_settings)
@@ -212,7 +219,8 @@ class World:
                 settings=ADMIT_SETTINGS,
             )
         )
-        return Replica(owner, PostgresStore(claim_db, admit_db), claim_db, admit_db)
+        store = PostgresStore(claim_db, admit_db, lookahead_ms=lookahead_ms)
+        return Replica(owner, store, claim_db, admit_db, lookahead_ms)
 
 
 @contextlib.asynccontextmanager
