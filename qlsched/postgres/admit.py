@@ -342,7 +342,7 @@ class Admission:
 
         The answer never changes what happens next (the lease expires; the next claimer sees
         either the advanced cursor or the same occurrence under the same key)."""
-        sql = query("runby_key")
+        sql = query("run_by_key")
         found: dict[str, bool] = {}
         # One budget for all the probes, and none after one went unanswered: when the reply
         # was lost to a silent server, probing each key would hold the round per key.

@@ -101,7 +101,10 @@ async def test_lost_commit_reply_is_reported_not_readmitted_and_survives_promoti
             every_bound = [key for keys in bound for key in keys]
             assert len(every_bound) == len(set(every_bound)), f"a key bound twice {where}"
             codes = [d.code for d in sink.items]
-            assert codes.count("commit_unknown") == len(lost_keys), (codes, where)
+            assert codes.count("commit_unknown") == len(lost_keys), (
+                [(d.code, d.exception, d.sqlstate) for d in sink.items],
+                where,
+            )
             assert codes.count("commit_unknown_landed") == len(lost_keys), (codes, where)
             assert set(codes) == {"commit_unknown", "commit_unknown_landed"}, (codes, where)
             exceptions = {d.exception for d in sink.items}
