@@ -4,8 +4,9 @@ The other phases run the replicas tuned (``BENCH_REPLICA``: a 100 ms cadence, a 
 256); a new user runs the defaults. Here ``ON_TIME_TRIGGERS`` every-second triggers run on
 two replicas with ``qlsched run``'s default cadence, budget and lease for ``--seconds``, and
 the lag of every occurrence in the window (admitted minus due, database time) is the
-figure: a replica wakes for the next due row (read with its claim), so an occurrence
-should wait milliseconds, not up to a cadence.
+figure: a replica wakes when the next rows come within its lookahead (read with its
+claim), claims and decides them ahead and admits them when due, so an occurrence should
+wait milliseconds, not up to a cadence.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ async def on_time(
         session.note(
             f"on_time: {n:,} every-second triggers, {ON_TIME_REPLICAS} replicas at the default"
             f" settings (cadence {DEFAULT_REPLICA.cadence_ms} ms, budget"
-            f" {DEFAULT_REPLICA.claim_budget} growing to {_DEFAULTS.catch_up_budget}),"
-            f" {seconds} s"
+            f" {DEFAULT_REPLICA.claim_budget} growing to {_DEFAULTS.catch_up_budget},"
+            f" lookahead {_DEFAULTS.lookahead_ms} ms), {seconds} s"
         )
 
         async def load(conn: Connection) -> None:
@@ -100,6 +101,7 @@ async def on_time(
         cadence_ms=DEFAULT_REPLICA.cadence_ms,
         claim_budget=DEFAULT_REPLICA.claim_budget,
         catch_up_budget=_DEFAULTS.catch_up_budget,
+        lookahead_ms=_DEFAULTS.lookahead_ms,
         lag_ms=lag,
         stop_problems=problems,
         burst_per_s=burst_per_s if base.replicas == ON_TIME_REPLICAS else None,

@@ -87,13 +87,16 @@ class OnTimeResult(WindowCounts, frozen=True, kw_only=True):
     """Admitted minus due (database time), over the window's occurrences."""
     stop_problems: list[str]
     catch_up_budget: int | None = None
+    lookahead_ms: int | None = None
+    """How far ahead the replicas claimed (None: a report from before the lookahead)."""
     burst_per_s: float | None = None
-    """The same run's burst drain (as many replicas, tuned): no tick of ``triggers`` rows
-    due at one instant is admitted faster on this machine, so its k-th row waits at least
-    ``k / burst_per_s`` (``floor_ms``)."""
+    """The same run's burst drain (as many replicas, tuned): a tick of ``triggers`` rows
+    claimed and admitted at that rate has its k-th row wait ``k / burst_per_s``
+    (``floor_ms``); claimed ahead, only the admits are left, so the lag can beat it."""
 
     def floor_ms(self, share: float) -> float | None:
-        """The least lag the row at ``share`` (0.5: the median) of one tick can have."""
+        """The lag of the row at ``share`` (0.5: the median) of one tick claimed and
+        admitted at the burst rate."""
         if not self.burst_per_s:
             return None
         return share * self.triggers / self.burst_per_s * 1000
