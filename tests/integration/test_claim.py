@@ -425,9 +425,8 @@ async def test_claim_plan_walks_the_claim_index(env: Env) -> None:
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             await conn.execute("PREPARE claim_plan(text, int, bigint, bigint) AS " + sql)
             try:
-                return str(
-                    await conn.fetchval("EXPLAIN (FORMAT JSON) EXECUTE claim_plan('r1', 16, 30000, 250)")
-                )
+                explain = "EXPLAIN (FORMAT JSON) EXECUTE claim_plan('r1', 16, 30000, 250)"
+                return str(await conn.fetchval(explain))
             finally:
                 await conn.execute("DEALLOCATE claim_plan")
 

@@ -76,7 +76,7 @@ def test_lookahead_leaves_most_of_the_lease_for_the_admit() -> None:
     assert Config(owner="r1", lease_ms=40_000, lookahead_ms=10_000).lookahead_ms == 10_000
     with pytest.raises(ConfigError, match="lookahead_ms=10001 must be at most a quarter"):
         Config(owner="r1", lease_ms=40_000, lookahead_ms=10_001)
-    with pytest.raises(ConfigError, match="lookahead_ms=-1 is out of bounds 0..60000"):
+    with pytest.raises(ConfigError, match=r"lookahead_ms=-1 is out of bounds 0\.\.60000"):
         Config(owner="r1", lookahead_ms=-1)
 
 
