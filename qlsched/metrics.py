@@ -101,6 +101,11 @@ class AdmitCounts(Protocol):
         ...
 
     @property
+    def early_sends(self) -> int:
+        """Times rows claimed ahead and sent before they were due were sent again."""
+        ...
+
+    @property
     def ssi_retries(self) -> int:
         """Admit statements re-sent after a serialization failure or deadlock."""
         ...
@@ -123,6 +128,12 @@ class _AdmitCountsCollector(Collector):
             "Admit statements retried after a serialization failure or deadlock"
             " (SQLSTATE 40001 or 40P01).",
             value=self._source.ssi_retries,
+        )
+        yield CounterMetricFamily(
+            "qlsched_admit_early_resends",
+            "Admits of rows claimed ahead that reached the database before the rows were due"
+            " by its clock, wrote nothing, and were sent again when due.",
+            value=self._source.early_sends,
         )
 
 
@@ -253,6 +264,17 @@ class Metrics:
             "qlsched_fence_lost", "Lost fences by the first part that failed.", "part"
         )
         self.errors: Final = counter("qlsched_errors", "Errors by diagnostic code.", "code")
+        self.decided_ahead: Final = counter(
+            "qlsched_fires_decided_ahead",
+            "Fires decided before their due time (claimed within lookahead_ms) and held by the"
+            " replica until due.",
+        )
+        self.fires_held: Final = Gauge(
+            "qlsched_fires_held",
+            "Fires decided ahead that this replica holds, waiting for their due time, as of"
+            " its last round.",
+            registry=r,
+        )
         self.refused: Final = counter(
             "qlsched_admits_refused",
             "Admits refused for a reason that lasts until a re-publish (a pin that moved, a"
@@ -303,6 +325,8 @@ class Metrics:
         self.admits.inc(stats.admitted)
         self.skips.inc(stats.skipped_occurrences)
         self.coalesced.inc(stats.coalesced)
+        self.decided_ahead.inc(stats.decided_ahead)
+        self.fires_held.set(stats.held_ahead)
         by_code = {
             code: stats.races_lost if code == "fence_lost" else getattr(stats, code)
             for code in OUTCOME_CODES

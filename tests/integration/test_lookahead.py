@@ -100,6 +100,10 @@ async def test_an_admit_before_the_due_time_writes_nothing_until_due(env: Env) -
     assert isinstance(outcome, Admitted), outcome
     assert outcome.admitted_at_ms >= due
     assert store.early_sends == 1
+    resends = Metrics(admit_counts=store).registry.get_sample_value(
+        "qlsched_admit_early_resends_total", {"profile": "cluster"}
+    )
+    assert resends == 1
     [run] = await env.su("SELECT scheduled_for_ms, created_at_ms FROM qlsched.runs")
     assert run["scheduled_for_ms"] == due
     assert run["created_at_ms"] >= due
@@ -136,9 +140,10 @@ async def test_replicas_claiming_ahead_admit_once_and_never_early(env: Env) -> N
     await env.su_exec("UPDATE qlsched.trigger_schedules SET next_fire_at_ms = $1", start)
     seen: list[RoundStats] = []
     replicas = []
-    for owner in ("r1", "r2"):
+    metrics = [Metrics(), Metrics()]
+    for owner, m in zip(("r1", "r2"), metrics, strict=True):
         store = await ahead_store(env, 250)
-        replicas.append(Coordinator(store, Config(owner=owner), env.sink, Metrics()))
+        replicas.append(Coordinator(store, Config(owner=owner), env.sink, m))
 
     async def run(c: Coordinator) -> None:
         while True:
@@ -160,4 +165,10 @@ async def test_replicas_claiming_ahead_admit_once_and_never_early(env: Env) -> N
     keys = [(r["trigger_id"], r["scheduled_for_ms"]) for r in runs]
     assert len(keys) == len(set(keys)) == 60
     assert all(r["created_at_ms"] >= r["scheduled_for_ms"] for r in runs)
-    assert sum(s.decided_ahead for s in seen) > 0
+    ahead = sum(s.decided_ahead for s in seen)
+    assert ahead > 0
+    exposed = [
+        m.registry.get_sample_value("qlsched_fires_decided_ahead_total", {"profile": "cluster"})
+        for m in metrics
+    ]
+    assert sum(v or 0 for v in exposed) == ahead

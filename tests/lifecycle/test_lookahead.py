@@ -47,14 +47,18 @@ def add(store: MemoryStore, count: int) -> None:
         store.set_cursor("p", f"t{i:03}", DUE_MS)
 
 
-async def rounds(r: Replica, n: int) -> list[RoundStats]:
-    """Run ``n`` rounds of the lifecycle, then stop it; each round's stats."""
+async def rounds(r: Replica, n: int, gauges: list[float | None] | None = None) -> list[RoundStats]:
+    """Run ``n`` rounds of the lifecycle, then stop it; each round's stats (and, into
+    ``gauges``, ``qlsched_fires_held`` after each round)."""
     seen: list[RoundStats] = []
     real = r.coordinator.run_round
 
     async def recording(stop: trio.Event | None = None) -> RoundStats:
         stats = await real(stop)
         seen.append(stats)
+        if gauges is not None:
+            labels = {"profile": "cluster"}
+            gauges.append(r.metrics.registry.get_sample_value("qlsched_fires_held", labels))
         return stats
 
     r.coordinator.run_round = recording  # type: ignore[method-assign]
@@ -74,9 +78,11 @@ async def test_a_fire_claimed_ahead_is_admitted_when_due(autojump_clock: MockClo
     r = make_replica(store, lookahead_ms=250)
     add(store, 1)
 
-    first, second = await rounds(r, 2)
+    held: list[float | None] = []
+    first, second = await rounds(r, 2, held)
 
     assert (first.fired, first.decided_ahead, first.admitted, first.held_ahead) == (1, 1, 0, 1)
+    assert held == [1.0, 0.0]
     assert first.held_due_in_ms == 100 + HOLD_SLACK_S * 1000
     assert admits.at == [pytest.approx(0.1 + HOLD_SLACK_S)]
     assert (second.admitted, second.held_ahead, second.held_due_in_ms) == (1, 0, None)
