@@ -222,6 +222,23 @@ def _gauges(r: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
     return backlog, limit, failing
 
 
+def _ahead(r: CollectorRegistry) -> tuple[Counter, Gauge]:
+    """The Fires decided ahead of their due time (the lookahead), and those still held."""
+    decided = Counter(
+        "qlsched_fires_decided_ahead",
+        "Fires decided before their due time (claimed within lookahead_ms) and held by the"
+        " replica until due.",
+        registry=r,
+    )
+    held = Gauge(
+        "qlsched_fires_held",
+        "Fires decided ahead that this replica holds, waiting for their due time, as of"
+        " its last round.",
+        registry=r,
+    )
+    return decided, held
+
+
 class Metrics:
     """The counters, histograms and gauge of one replica, and their text exposition.
 
@@ -264,17 +281,7 @@ class Metrics:
             "qlsched_fence_lost", "Lost fences by the first part that failed.", "part"
         )
         self.errors: Final = counter("qlsched_errors", "Errors by diagnostic code.", "code")
-        self.decided_ahead: Final = counter(
-            "qlsched_fires_decided_ahead",
-            "Fires decided before their due time (claimed within lookahead_ms) and held by the"
-            " replica until due.",
-        )
-        self.fires_held: Final = Gauge(
-            "qlsched_fires_held",
-            "Fires decided ahead that this replica holds, waiting for their due time, as of"
-            " its last round.",
-            registry=r,
-        )
+        self.decided_ahead, self.fires_held = _ahead(r)
         self.refused: Final = counter(
             "qlsched_admits_refused",
             "Admits refused for a reason that lasts until a re-publish (a pin that moved, a"
