@@ -47,9 +47,11 @@ GRACE_MS = 120_000
 AHEAD_MS = 100
 """``ahead``: x (every second) falls due at the first whole second this long after the
 round's set-up."""
-LOOKAHEAD_MS = 60_000
+LOOKAHEAD_MS = 2_000
 """The round's replica claims this far ahead: ``ahead``'s row is claimed ahead in every
-ordering (and no other shape has a row due within it that is not due already)."""
+ordering where the claim comes first. A row a takeover moved to its next occurrence may
+fall within it too: the round's settle then waits for that due time (at most this long,
+well within a step's quiet time) instead of holding the Fire as a replica does."""
 
 NOW_SQL = "SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint"
 SET_CURSOR_SQL = (
