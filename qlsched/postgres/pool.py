@@ -114,15 +114,29 @@ class Database:
             CallTimeout: the owner's watchdog (``cut_overdue``) found no result within
                 ``call_timeout`` (the connection was discarded).
         """
+        return await self._watched(self._call, fn)
+
+    async def run_each(self, count: int, fn: Callable[[Connection], Awaitable[object]]) -> None:
+        """Run ``fn`` on ``count`` distinct pooled connections (opened as needed), all held
+        until the last is done, so no connection is used twice: to prepare a statement on
+        each before the first real call needs it. One bridge crossing, one call budget.
+
+        Raises:
+            CallTimeout: as ``run``.
+        """
+        await self._watched(self._call_each, count, fn)
+
+    async def _watched(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``call(*args)`` on the asyncio side, under the call budget (``cut_overdue``)."""
         if self.call_timeout is None:
-            result: T = await trio_asyncio.aio_as_trio(self._call, loop=self._loop)(fn)
+            result: T = await trio_asyncio.aio_as_trio(call, loop=self._loop)(*args)
             return result
         scope = trio.CancelScope()
         self._calls[scope] = trio.current_time() + self.call_timeout
         try:
             with scope:
                 try:
-                    result = await trio_asyncio.aio_as_trio(self._call, loop=self._loop)(fn)
+                    result = await trio_asyncio.aio_as_trio(call, loop=self._loop)(*args)
                 except asyncpg.PostgresError:
                     self.answering = True
                     raise
@@ -167,6 +181,23 @@ class Database:
             raise
         await self._pool.release(conn)
         return result
+
+    async def _call_each(self, count: int, fn: Callable[[Connection], Awaitable[object]]) -> None:
+        held: list[Any] = []
+        try:
+            for _ in range(count):
+                held.append(await self._pool.acquire(timeout=self._acquire_timeout))
+                await fn(held[-1])
+        except asyncpg.PostgresError:
+            for conn in held:  # the server answered: each connection is sound (``_call``)
+                await self._pool.release(conn)
+            raise
+        except BaseException:
+            for conn in held:  # cut mid-flight: discard, never reuse (``_call``)
+                await self._discard(conn)
+            raise
+        for conn in held:
+            await self._pool.release(conn)
 
     async def _discard(self, conn: Any) -> None:
         """Terminate and hand back a connection cut mid-flight. asyncpg may have done both

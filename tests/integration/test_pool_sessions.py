@@ -147,3 +147,27 @@ async def test_a_replica_sends_no_reset_between_its_claims(pg_db: TestDatabase) 
     assert [q for q in claims if RESET_QUERY in q] == [], claims
     assert admits, backends
     assert all(RESET_QUERY in q for q in admits), admits
+
+
+async def test_run_each_uses_distinct_connections_and_hands_them_back(
+    pg_db: TestDatabase,
+) -> None:
+    """Rule: ``run_each(n, fn)`` runs ``fn`` on n distinct connections (held together, so
+    none twice), opening them as needed, and returns every one to the pool, also when
+    ``fn`` fails on the server."""
+    pids: list[int] = []
+
+    async def pid(conn: Connection) -> None:
+        pids.append(int(await conn.fetchval("SELECT pg_backend_pid()")))
+
+    async def fails(conn: Connection) -> None:
+        await conn.fetchval("SELECT 1/0")
+
+    async with open_database(pg_db.runtime_dsn, min_size=1, max_size=3) as db:
+        await db.run_each(3, pid)
+        assert len(pids) == len(set(pids)) == 3
+        stats = db.statistics()
+        assert (stats.size, stats.idle) == (3, 3)
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            await db.run_each(2, fails)
+        assert db.statistics().idle == 3
