@@ -74,6 +74,9 @@ STALL_S: Final = 1.0
 paused VM): the calls in flight get that time back."""
 
 
+ADMIT_CONNECTIONS: Final = 2
+"""The admit pool's size: a round's admit and the admit of Fires held ahead run at once."""
+
 async def _watch_calls(dbs: tuple[Database, ...]) -> None:
     last = trio.current_time()
     while True:
@@ -232,7 +235,7 @@ async def open_cluster_control(
         open_database(
             config.dsn,
             isolation="serializable",
-            max_size=2,
+            max_size=ADMIT_CONNECTIONS,
             application_name="qlsched-admit",
             settings={**ADMIT_SETTINGS, **_session_settings(config)},
             call_timeout=call_timeout,
@@ -245,6 +248,11 @@ async def open_cluster_control(
         trace.append("pools_opened")
         readiness, recovery = await _start_up(claim_db, config, sink, trace)
         control = _assemble(config, sink, (claim_db, admit_db), readiness, recovery, trace)
+        # Each admit connection prepares the admit before the first due row waits on it.
+        await _startup_step(
+            "admit warm-up", lambda: control.store.warm(config.owner, ADMIT_CONNECTIONS)
+        )
+        trace.append("admit_prepared")
         lifecycle = control.lifecycle
         try:
             # The embedder's block runs inside this nursery: its error comes out as itself.

@@ -89,6 +89,10 @@ class PostgresStore(ReplicaPools):
         """Admit statements re-sent after a serialization failure or deadlock."""
         return self._admission.ssi_retries
 
+    async def warm(self, owner: str, connections: int) -> None:
+        """Prepare the admit statement on ``connections`` admit connections (``Admission``)."""
+        await self._admission.warm(owner, connections)
+
     async def claim(self, owner: str, limit: int, lease_ms: int) -> list[Claim]:
         claims, self.next_due_in_ms = await claim_rows(
             self._claim_db, owner, limit, lease_ms, self._lookahead_ms

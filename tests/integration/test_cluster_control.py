@@ -42,6 +42,7 @@ FULL_TRACE = [
     "pools_opened",
     "ready",
     "recovered",
+    "admit_prepared",
     "lifecycle_started",
     "http_opened",
     "http_closed",
@@ -332,7 +333,7 @@ async def test_readyz_only_while_running_and_stop_in_order(pg_db: TestDatabase) 
             assert control.http_address is not None
             assert control.app is not None
             port = control.http_address[1]
-            assert control.trace == FULL_TRACE[:5]
+            assert control.trace == FULL_TRACE[:6]
             await _wait_admitted(su, ["t"], scheduled_for)
             assert (await http_get(port, "/readyz")).status == 200
             assert (await http_get(port, "/healthz")).status == 200
@@ -369,7 +370,7 @@ async def test_readyz_only_while_running_and_stop_in_order(pg_db: TestDatabase) 
             await holding.wait()
         assert control.trace == FULL_TRACE
         assert seen["ready_when_stop_called"] is False
-        assert seen["trace_when_stop_called"] == FULL_TRACE[:6]
+        assert seen["trace_when_stop_called"] == FULL_TRACE[:7]
         assert seen["readyz_in_drain"] in (503, None)
         assert seen["listener_closed_in_drain"] is True
         assert seen["lifecycle_stopped_then"] is False

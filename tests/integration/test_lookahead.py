@@ -24,6 +24,7 @@ from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Admitted, Fire, RetryExhausted
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
 from qlsched.engine.stats import RoundStats
+from qlsched.postgres.pool import Connection
 from qlsched.postgres.store import PostgresStore
 from tests.integration.adapter_support import LEASE_MS, Env, decision_for, trigger
 from tests.support.memory_sink import MemorySink
@@ -172,3 +173,24 @@ async def test_replicas_claiming_ahead_admit_once_and_never_early(env: Env) -> N
         for m in metrics
     ]
     assert sum(v or 0 for v in exposed) == ahead
+
+
+async def test_warming_prepares_the_admit_on_every_admit_connection(env: Env) -> None:
+    """Rule: ``warm`` sends the admit with no rows on each admit connection: each then holds
+    the admit prepared (a first due row no longer pays its parse and plan), and nothing is
+    written."""
+    claim_db, admit_db = await env.open_pools()
+    store = PostgresStore(claim_db, admit_db)
+    prepared: list[bool] = []
+
+    async def has_admit(conn: Connection) -> None:
+        statements = await conn.fetch("SELECT statement FROM pg_catalog.pg_prepared_statements")
+        prepared.append(any("advanced AS (" in r["statement"] for r in statements))
+
+    await admit_db.run_each(2, has_admit)
+    assert prepared == [False, False]
+    await store.warm("r1", 2)
+    prepared.clear()
+    await admit_db.run_each(2, has_admit)
+    assert prepared == [True, True]
+    assert msgspec.structs.astuple(await env.counts()) == (0, 0, 0)

@@ -7,8 +7,9 @@ needed on either side (the server sees a Unix-socket client).
 
 The proxy reads the wire protocol just enough to recognise the admit statement: a client
 Parse whose SQL contains ``INSERT INTO qlsched.runs`` names a prepared statement, and a
-Bind of that statement is one admit (one implicit transaction). Before forwarding such a
-Bind the proxy awaits ``on_admit(ctx)``, which may
+Bind of that statement is one admit (one implicit transaction); an admit of no rows (a
+replica preparing the statement at start-up) is forwarded as any statement, uncounted.
+Before forwarding an admit's Bind the proxy awaits ``on_admit(ctx)``, which may
 
 * return at once (the admit goes on as usual),
 * wait (the Bind and everything after it are held: to the server the client is silent, as
@@ -81,6 +82,12 @@ class AdmitContext:
                 out.append(values)
         return out
 
+    def rowless(self) -> bool:
+        """An admit of no rows (a replica preparing the statement at start-up, which
+        writes nothing): every text array it carries is empty."""
+        arrays = self.text_arrays()
+        return bool(arrays) and not any(arrays)
+
     def idempotency_keys(self) -> list[str]:
         """The admit's idempotency keys (the text-array parameter of ``ql3:cron:v1:`` keys)."""
         for values in self.text_arrays():
@@ -138,6 +145,11 @@ def _text_array(raw: bytes) -> list[str] | None:
         return None
     inner = text[1:-1]
     return [v.strip('"') for v in inner.split(",")] if inner else []
+
+
+def _rowless(formats: list[int], params: list[bytes | None]) -> bool:
+    """Hooks and counts skip an admit of no rows: not one the tests gate, lose or kill."""
+    return AdmitContext(number=0, connection=0, params=params, formats=formats).rowless()
 
 
 def _cstring(payload: bytes, pos: int) -> tuple[bytes, int]:
@@ -241,7 +253,7 @@ class _Connection:
                 elif kind == b"B":
                     statement, formats, params = _parse_bind(payload)
                     await self.proxy.on_statement(self.statements.get(statement, b""))
-                    if statement in self.admit_statements:
+                    if statement in self.admit_statements and not _rowless(formats, params):
                         ctx = await self._admit(formats, params)
                         if ctx.abort:
                             return
