@@ -1,12 +1,14 @@
 """The composition root: one replica of cluster control, started and stopped in order.
 
 Start (the ADR's order): validate config → open pools → schema readiness → startup
-recovery → start the lifecycle → open HTTP admission. Stop is the reverse, by construction
+recovery → prepare the admit on each admit connection → start the lifecycle → open HTTP
+admission. Stop is the reverse, by construction
 of the ``async with`` chain: withdraw admission (readiness 503, listener closed) → stop and
 drain the scheduler (bounded by ``stop_timeout_ms``) → close the pools. A readiness failure
 raises ``SchemaNotReady`` before the lifecycle exists, so it never starts; a database error
-during readiness or recovery (a lock wait or statement timeout, no reply, a lost
-connection) raises ``StartupFailed`` with one line naming the step and the cause.
+during readiness, recovery or the admit's preparation (a lock wait or statement timeout,
+no reply, a lost connection) raises ``StartupFailed`` with one line naming the step and
+the cause.
 
 The stop deadline holds whatever the database does: every call has a client-side budget
 (``call_timeout_s``: a silent server is noticed within the lease), the drain is cut at
