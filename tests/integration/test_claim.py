@@ -434,6 +434,45 @@ async def test_claim_plan_walks_the_claim_index(env: Env) -> None:
     check_claim_plan(await env.runtime(generic))
 
 
+async def test_a_full_claim_skips_the_next_due_probe(env: Env) -> None:
+    """Rule: a claim that took its whole budget does not read the next due time (its
+    replica claims again at once): the probe's index scan never runs and the hint is None.
+    A claim with room left reads it. Why: the probe walks every dead entry before the first
+    live one, thousands of pages a claim after a burst moved every cursor."""
+    await env.publish(one_project(5))
+    due = await env.make_due()
+    await env.set_cursor("p", "t0004", due + 3_600_000)
+    sql = query("claim")
+
+    async def probe_loops(limit: int) -> tuple[int, int | None]:
+        async def fn(conn: Connection) -> tuple[int, int | None]:
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                explained = await conn.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, "r1", limit, LEASE_MS, 0
+                )
+                rows = await conn.fetch(sql, "r2", limit, LEASE_MS, 0)
+            finally:
+                await transaction.rollback()
+            [top] = json.loads(explained)
+            [scan] = [
+                n
+                for n in plan_nodes(cte(top["Plan"], "upcoming"))
+                if n.get("Index Name") == "trigger_schedules_claim_idx"
+            ]
+            return scan["Actual Loops"], rows[0]["next_due_ms"]
+
+        return await env.runtime(fn)
+
+    loops, hint = await probe_loops(2)  # 4 due rows: the claim is full
+    assert hint is None
+    assert loops == 0
+    loops, hint = await probe_loops(10)  # room left: the probe runs and finds t0004
+    assert hint == due + 3_600_000
+    assert loops == 1
+
+
 async def test_claim_draws_randomness_once_and_only_when_it_claims(env: Env) -> None:
     """The token's strong-random draw (the ``draw`` CTE) runs once for a claim of several
     rows and not at all for a claim that finds nothing due, the most common claim: counted

@@ -99,12 +99,15 @@ claimed AS (
 ),
 -- The next unclaimed row to fall due after the window of rows claimed ahead (one probe of
 -- the claim index): the replica sleeps until it enters that window when that is sooner
--- than its cadence.
+-- than its cadence. Not read when the claim took its whole budget (the replica claims
+-- again at once): the probe walks every dead index entry before the first live one, and
+-- after a mass cursor move (a burst, a publish) that was thousands of pages a claim.
 upcoming AS MATERIALIZED (
     SELECT COALESCE(s.due_at_ms, -1) AS k
       FROM qlsched.trigger_schedules AS s
      WHERE s.active AND s.claim_token IS NULL AND s.due_at_ms IS NOT NULL
        AND COALESCE(s.due_at_ms, -1) > (SELECT ms FROM now) + $4::bigint
+       AND (SELECT pg_catalog.count(*) FROM claimed) < $2
      ORDER BY COALESCE(s.due_at_ms, -1)
      LIMIT 1
 )
