@@ -79,6 +79,7 @@ paused VM): the calls in flight get that time back."""
 ADMIT_CONNECTIONS: Final = 2
 """The admit pool's size: a round's admit and the admit of Fires held ahead run at once."""
 
+
 async def _watch_calls(dbs: tuple[Database, ...]) -> None:
     last = trio.current_time()
     while True:
