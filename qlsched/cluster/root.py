@@ -199,8 +199,9 @@ async def open_cluster_control(
         ConfigError: the configuration has no DSN (nothing was opened); a ``Config`` out of
             bounds cannot be built at all.
         DatabaseUnavailable: the database could not be reached.
-        StartupFailed: readiness or recovery hit a database error (a lock or statement
-            timeout, no reply, a lost connection); the message names the step and cause.
+        StartupFailed: readiness, recovery or the admit warm-up hit a database error (a
+            lock or statement timeout, no reply, a lost connection); the message names the
+            step and cause.
         SchemaNotReady: readiness failed; the message lists every finding.
 
     Cancellation:
@@ -218,12 +219,9 @@ async def open_cluster_control(
     trace: list[str] = []
     pool_size = max(2, min(config.claim_budget, 8))
     call_timeout = call_timeout_s(config.lease_ms, config.cadence_ms)
-    # Claims: READ COMMITTED, generic plans (the claim is re-planned on every call
-    # otherwise). Admits: SERIALIZABLE, index probes only (a sequential scan would be a
-    # relation-level SIRead lock). See CLAIM_SETTINGS and ADMIT_SETTINGS. The claim pool
-    # keeps its sessions: its statements leave no session state, and asyncpg's reset at
-    # every release doubled each call's round trips. The admit pool still resets: kept,
-    # its admits retried in two full sweeps of two (docs/performance.md, Pools).
+    # Claims: READ COMMITTED, generic plans; admits: SERIALIZABLE, index probes only (see
+    # CLAIM_SETTINGS, ADMIT_SETTINGS). The claim pool keeps its sessions (asyncpg's reset
+    # doubled each call's round trips); the admit pool resets (docs/performance.md, Pools).
     async with (
         _own_close_deadline(),
         open_database(
@@ -251,11 +249,7 @@ async def open_cluster_control(
         trace.append("pools_opened")
         readiness, recovery = await _start_up(claim_db, config, sink, trace)
         control = _assemble(config, sink, (claim_db, admit_db), readiness, recovery, trace)
-        # Each admit connection prepares the admit before the first due row waits on it.
-        await _startup_step(
-            "admit warm-up", lambda: control.store.warm(config.owner, ADMIT_CONNECTIONS)
-        )
-        trace.append("admit_prepared")
+        await _warm_up(control.store, config.owner, trace)
         lifecycle = control.lifecycle
         try:
             # The embedder's block runs inside this nursery: its error comes out as itself.
@@ -275,6 +269,12 @@ async def open_cluster_control(
                         await _stop_in_order(nursery, http_scope, control)
         finally:
             trace.append("pools_closing")
+
+
+async def _warm_up(store: PostgresStore, owner: str, trace: list[str]) -> None:
+    """Each admit connection prepares the admit before the first due row waits on it."""
+    await _startup_step("admit warm-up", lambda: store.warm(owner, ADMIT_CONNECTIONS))
+    trace.append("admit_prepared")
 
 
 async def _start_up(
