@@ -31,6 +31,7 @@ from typing import Final, Literal, TypeVar
 import pytest
 import trio
 
+import qlsched.cluster.lifecycle as lifecycle_module
 from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.lifecycle import Lifecycle
 from qlsched.cluster.metrics import Metrics
@@ -357,12 +358,18 @@ async def test_round_cancelled_at_every_crossing(
 
 
 @pytest.mark.parametrize("mode", ["stop-deadline", "stop-graceful"])
-async def test_lifecycle_stop_landing_at_every_crossing(pg_db: TestDatabase, mode: Mode) -> None:
+async def test_lifecycle_stop_landing_at_every_crossing(
+    pg_db: TestDatabase, mode: Mode, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rule: a lifecycle stop that lands at any checkpoint of the round in flight ends the
     lifecycle after that one round and leaves nothing half-done. With a zero deadline the
     round is cut there (claims left to expire); with time to drain (graceful), the round
     settles everything: decisions finish, undecided claims are released under their fence,
     so no claim at all is left behind. Either way the next round admits what is due."""
+    # A round that moved cursors is followed by another MIN_WAKE_S later (its next-due
+    # reading is stale): one round here, so that next round must not start before the
+    # test's own stop after the first one.
+    monkeypatch.setattr(lifecycle_module, "MIN_WAKE_S", 60.0)
     stop_timeout_ms = 0 if mode == "stop-deadline" else 2_000
     async with open_rig(pg_db) as rig:
         config = round_config(stop_timeout_ms=stop_timeout_ms)
