@@ -152,6 +152,8 @@ class RoundEngine(Generic[M]):
         self._lookahead_ms = lookahead_ms
         """A claim of a row due at most this long after it is decided as of its due time;
         the store must claim no further ahead (``Config.lookahead_ms`` for both)."""
+        self._reads_next_due = hasattr(store, "next_due_in_ms")
+        """A store that reads the next due time with its claim (PostgreSQL's) says it."""
         self._reports = OutcomeReports(owner, sink, metrics)
         self._ahead = AheadFires()
         """Fires decided ahead of their due time, held until then (``engine.ahead``)."""
@@ -212,7 +214,7 @@ class RoundEngine(Generic[M]):
                 tally.held_due_in_ms = max(0, math.ceil((next_held - started) * 1000))
             tally.held_ahead = len(self._ahead)
             moved = tally.admitted + tally.overlap_skipped + tally.initialized + tally.skipped
-            tally.next_due_stale = moved > 0 and hasattr(self._store, "next_due_in_ms")
+            tally.next_due_stale = moved > 0 and self._reads_next_due
             stats = RoundStats.freeze(tally, limit, duration_ms)
             # A round the held Fires cut short keeps its budget: it says nothing of the load.
             if limit == budget:
@@ -229,8 +231,7 @@ class RoundEngine(Generic[M]):
         self, claims: Sequence[Claim], stop: trio.Event | None, tally: RoundCounts
     ) -> None:
         tally.claimed = len(claims)
-        # A store that reads the next due time with its claim (PostgreSQL's) says it.
-        hint = getattr(self._store, "next_due_in_ms", None)
+        hint = getattr(self._store, "next_due_in_ms", None) if self._reads_next_due else None
         tally.next_due_in_ms = hint if isinstance(hint, int) else None
         tally.stopping = stop is not None and stop.is_set()
 
@@ -299,7 +300,8 @@ class RoundEngine(Generic[M]):
             if isinstance(decision, Fire):
                 fire = fire_request(claim, decision)
                 tally.fired += 1
-                due = due_ms(claim) or claim.claimed_at_ms
+                # Due after the claim's time only when decided ahead (``_decide``).
+                due = decision.scheduled_for_ms + decision.jitter_offset_ms
                 if due > claim.claimed_at_ms:
                     self._ahead.hold(fire, due, due - claim.claimed_at_ms, replied)
                     tally.decided_ahead += 1
@@ -312,15 +314,13 @@ class RoundEngine(Generic[M]):
                 if not isinstance(decision, Fire):
                     nursery.start_soon(self._settle, claim, decision, tally)
 
-    async def release_ahead(self) -> int:
+    async def release_ahead(self) -> None:
         """Release, under their fence, the claims of every Fire held ahead (the replica is
-        stopping: another replica fires them when due). Returns how many were held."""
-        held = self._ahead.take_all()
+        stopping: another replica fires them when due)."""
         tally = RoundCounts()
         async with trio.open_nursery() as nursery:
-            for h in held:
+            for h in self._ahead.take_all():
                 nursery.start_soon(self._settle, h.fire.claim, RELEASE, tally)
-        return len(held)
 
     def _next_budget(self, done: RoundStats) -> int:
         """The budget of the round after ``done``.
