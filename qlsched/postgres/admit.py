@@ -52,7 +52,6 @@ from qlsched.postgres.admit_rows import (
     Rows,
     admit_args,
     by_key,
-    due_in_ms,
     exhausted,
     one_owner,
     row_outcome,
@@ -144,10 +143,10 @@ class Admission:
         owner = one_owner(fires)
         outcomes = await self._phases(owner, fires)
         for _ in range(EARLY_SENDS):
-            early = [i for i, o in enumerate(outcomes) if isinstance(o, Early)]
+            early = {i: o for i, o in enumerate(outcomes) if isinstance(o, Early)}
             if not early:
                 break
-            wait_s = max(due_in_ms(outcomes[i]) for i in early) / 1000 + EARLY_SLACK_S
+            wait_s = max(o.due_in_ms for o in early.values()) / 1000 + EARLY_SLACK_S
             again = [fires[i] for i in early]
             if self._leases.left_s(again) <= wait_s:
                 break

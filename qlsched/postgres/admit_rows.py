@@ -111,10 +111,6 @@ class Failed(msgspec.Struct, frozen=True):
     exception: str
 
 
-def due_in_ms(outcome: Outcome | Early | None) -> int:
-    return outcome.due_in_ms if isinstance(outcome, Early) else 0
-
-
 def by_key(fire: FireRequest) -> FireRequest:
     """The same Fire without its locator: the admit then finds the row by its key."""
     return msgspec.structs.replace(fire, claim=msgspec.structs.replace(fire.claim, locator=None))
