@@ -142,6 +142,7 @@ class Admission:
             return []
         owner = one_owner(fires)
         outcomes = await self._phases(owner, fires)
+        sends = 1
         for _ in range(EARLY_SENDS):
             early = {i: o for i, o in enumerate(outcomes) if isinstance(o, Early)}
             if not early:
@@ -151,6 +152,7 @@ class Admission:
             if self._leases.left_s(again) <= wait_s:
                 break
             self.early_sends += 1
+            sends += 1
             await trio.sleep(wait_s)
             for i, outcome in zip(early, await self._phases(owner, again), strict=True):
                 outcomes[i] = outcome
@@ -166,7 +168,7 @@ class Admission:
                         at_ms=fire.scheduled_for_ms,
                     )
                 )
-                outcome = exhausted(fire, EARLY_SENDS + 1, None)
+                outcome = exhausted(fire, sends, None)
             done.append(outcome)
         await self._count_taken([o for o in done if isinstance(o, AlreadyAdmitted)])
         return done

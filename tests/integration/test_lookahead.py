@@ -122,6 +122,7 @@ async def test_an_admit_that_cannot_wait_in_its_lease_gives_the_claim_back(env: 
     [outcome] = await store.admit([fire])
 
     assert isinstance(outcome, RetryExhausted), outcome
+    assert outcome.attempts == 1  # sent once: the wait did not fit the lease
     assert await env.now_ms() < due  # given back at once, not after the lease
     assert msgspec.structs.astuple(await env.counts()) == (0, 0, 0)
     row = await env.schedule("p", "t")
