@@ -183,21 +183,16 @@ class Database:
         return result
 
     async def _call_each(self, count: int, fn: Callable[[Connection], Awaitable[object]]) -> None:
-        held: list[Any] = []
-        try:
-            for _ in range(count):
-                held.append(await self._pool.acquire(timeout=self._acquire_timeout))
-                await fn(held[-1])
-        except asyncpg.PostgresError:
-            for conn in held:  # the server answered: each connection is sound (``_call``)
-                await self._pool.release(conn)
-            raise
-        except BaseException:
-            for conn in held:  # cut mid-flight: discard, never reuse (``_call``)
-                await self._discard(conn)
-            raise
-        for conn in held:
-            await self._pool.release(conn)
+        """``_call`` nested ``count`` deep: each connection is held while the next is taken,
+        and each is released or discarded by ``_call``'s own rule."""
+        if count <= 0:
+            return
+
+        async def then_the_rest(conn: Connection) -> None:
+            await fn(conn)
+            await self._call_each(count - 1, fn)
+
+        await self._call(then_the_rest)
 
     async def _discard(self, conn: Any) -> None:
         """Terminate and hand back a connection cut mid-flight. asyncpg may have done both
