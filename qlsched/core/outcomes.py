@@ -143,11 +143,22 @@ class CommitUnknown(_Outcome, frozen=True, tag="commit_unknown"):
     exception: str
 
 
+LOCK_NOT_AVAILABLE: Final = "55P03"
+"""SQLSTATE of a lock wait cut by the runtime role's ``lock_timeout``."""
+
+
 class RetryExhausted(_Outcome, frozen=True, tag="retry_exhausted"):
-    """Serialization failures or deadlocks outlasted the retry budget or the lease."""
+    """Serialization failures or deadlocks outlasted the retry budget or the lease, or a
+    lock or statement timeout ended the statement."""
 
     attempts: int
     sqlstate: str
+
+    @property
+    def lock_wait(self) -> bool:
+        """Another session held the rows past the lock timeout: the statement wrote
+        nothing and the claim still holds, so the Fire may be sent again in its lease."""
+        return self.sqlstate == LOCK_NOT_AVAILABLE
 
 
 class StoreFailed(_Outcome, frozen=True, tag="store_failed"):

@@ -9,18 +9,29 @@ time again by the database's clock, so a wait that ends a little early never adm
 
 Held Fires count against the catch-up budget: a replica holds at most that many, so the
 replicas share a tick instead of the first awake taking all of it ahead.
+
+A Fire whose admit waited past the lock timeout (another session held its row: an admit
+or a session stalled in a transaction, which the role's idle timeout ends) is held again
+and sent once more ``LOCK_RETRY_S`` later, while its lease has room, instead of leaving
+its claim to expire: the row moves on once the lock goes, not a lease later.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
+import trio
 
 from qlsched.core.fence import Claim, FireRequest
+from qlsched.core.outcomes import Outcome, RetryExhausted
 
 __all__ = ["AheadFires", "HeldFire", "due_ms"]
 
+LOCK_RETRY_S: Final = 0.1
+"""A Fire whose admit waited out the lock timeout is sent again this long after (the wait
+itself already lasted the timeout: no longer back-off is needed to avoid a busy loop)."""
 HOLD_SLACK_S: Final = 0.001
 """A held Fire is sent this long after its due time by Trio's clock (the gap was measured
 from the claim's database time, read before the reply travelled back)."""
@@ -61,6 +72,27 @@ class AheadFires:
         database time, until that long after ``replied`` by Trio's clock."""
         at = replied + wait_ms / 1000 + HOLD_SLACK_S
         self._held.append(HeldFire(fire, due, at, replied))
+
+    def hold_locked(
+        self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome], claimed_at: float
+    ) -> int:
+        """Hold again, ``LOCK_RETRY_S`` from now, the Fires whose outcome was a lock wait
+        (claimed at ``claimed_at``, Trio time: their lease check runs from there); returns
+        how many."""
+        at = trio.current_time() + LOCK_RETRY_S
+        again = [
+            HeldFire(f, f.scheduled_for_ms + f.jitter_offset_ms, at, claimed_at)
+            for f, o in zip(fires, outcomes, strict=False)
+            if isinstance(o, RetryExhausted) and o.lock_wait
+        ]
+        self._held.extend(again)
+        return len(again)
+
+    def hold_later(self, held: Sequence[HeldFire]) -> None:
+        """Hold ``held`` again, ``LOCK_RETRY_S`` from now (a batch before them waited out
+        the lock timeout: the lock is likely still there)."""
+        at = trio.current_time() + LOCK_RETRY_S
+        self._held.extend(msgspec.structs.replace(h, due_at=at) for h in held)
 
     def take_due(self, now: float) -> list[HeldFire]:
         """The held Fires due by ``now`` (Trio time), no longer held, with every Fire due no

@@ -277,7 +277,9 @@ class RoundEngine(Generic[M]):
             batch = held[i : i + size]
             # The lease check runs from the oldest claim among them.
             oldest = min(h.claimed_at for h in batch)
-            await self._admit_in_lease([h.fire for h in batch], tally, oldest)
+            if await self._admit_in_lease([h.fire for h in batch], tally, oldest):
+                self._ahead.hold_later(held[i + size :])  # behind the same lock, likely
+                return
 
     async def _settle_round(
         self,
@@ -448,17 +450,16 @@ class RoundEngine(Generic[M]):
 
     async def _admit_in_lease(
         self, fires: list[FireRequest], tally: RoundCounts, started: float
-    ) -> None:
+    ) -> int:
         """Admit the round's Fires, unless the round has outlived its lease: then let the
         claims go (they expire; the next claimer decides the same occurrences) and claim
-        less next time, instead of sending an admit whose every fence fails."""
+        less next time, instead of sending an admit whose every fence fails. Fires whose
+        admit waited out the lock timeout are held to be sent again (``engine.ahead``);
+        returns how many."""
         if round_outlived_lease(trio.current_time() - started, self._lease_ms):
             tally.count_error(LEASE_OVERRUN)
             self.sink.emit(Diagnostic(code=LEASE_OVERRUN, replica=self._owner, count=len(fires)))
-            return
-        await self._admit(fires, tally)
-
-    async def _admit(self, fires: list[FireRequest], tally: RoundCounts) -> None:
+            return 0
         try:
             outcomes = await self._store.admit(fires)
         except Exception as exc:
@@ -467,8 +468,9 @@ class RoundEngine(Generic[M]):
             # expire and the next claimer admits the same occurrences under the same keys.
             tally.count_error(ADMIT_FAILED)
             self.sink.emit(from_exception(ADMIT_FAILED, exc, replica=self._owner, count=len(fires)))
-            return
+            return 0
         self._tally_admits(fires, outcomes, tally)
+        return self._ahead.hold_locked(fires, outcomes, started)
 
     def _tally_admits(
         self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome], tally: RoundCounts

@@ -39,6 +39,7 @@ import trio
 from qlsched.core.diagnostics import Diagnostic, DiagnosticSink
 from qlsched.core.fence import FireRequest
 from qlsched.core.outcomes import (
+    LOCK_NOT_AVAILABLE,
     AlreadyAdmitted,
     CommitUnknown,
     FenceLost,
@@ -72,8 +73,6 @@ other replica's admit conflict. Generic plans: a one-row batch was otherwise re-
 every call (docs/performance.md, Admit). No JIT, as on the claim pool (``CLAIM_SETTINGS``):
 short statements whose costs sequential scans off inflate."""
 
-LOCK_NOT_AVAILABLE: Final = "55P03"
-"""SQLSTATE of a lock wait cut by the runtime role's lock_timeout."""
 PROBE_BUDGET_S: Final = 2.0
 """After a lost admit reply, the time all the diagnostic look-ups of its keys may take."""
 EARLY_SENDS: Final = 3

@@ -8,6 +8,7 @@ returns typed outcomes; a lost race, a stale fence or a changed revision is neve
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from functools import cached_property
 
@@ -101,12 +102,21 @@ class PostgresStore(ReplicaPools):
         return claims
 
     async def admit(self, fires: Sequence[FireRequest]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
         try:
             outcomes = await self._admission.admit(fires)
             await self._give_back(fires, outcomes)
             return outcomes
         finally:
-            self._leases.forget([f.claim for f in fires])
+            # A claim whose admit waited out the lock timeout still holds: the engine may
+            # send its Fire again, with the retries its lease has left.
+            self._leases.forget(
+                [
+                    f.claim
+                    for f, o in itertools.zip_longest(fires, outcomes[: len(fires)])
+                    if not (isinstance(o, RetryExhausted) and o.lock_wait)
+                ]
+            )
 
     async def _give_back(self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome]) -> None:
         """Release at once, under their fence, the claims of Fires whose admit could not

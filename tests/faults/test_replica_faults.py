@@ -518,7 +518,8 @@ async def test_stuck_idle_in_transaction_session_is_cut_by_the_role_timeout(
 
     A qlsched_runtime session locks one schedule row (``SELECT ... FOR UPDATE``) and sits
     idle for longer than the lag bound. The server must end that session (about 1 s), the
-    row must move on while the session would still be sitting, and the session's next
+    row must move on while the session would still be sitting (well within a lease, also
+    when a replica had claimed it just before it was locked), and the session's next
     statement must fail. Lag returns below the bound; at the end, exactly once.
     """
     target = "t00"
@@ -587,7 +588,9 @@ async def test_stuck_idle_in_transaction_session_is_cut_by_the_role_timeout(
             assert session_gone, "the stalled session still exists"
             assert "error" in locked, "the stalled session's next statement succeeded"
             held_ms = moved_at[0] - locked["at"]
-            assert held_ms < LEASE_MS, held_ms
+            # A replica that claimed the row just before it was locked sends its Fire again
+            # once the lock goes (``engine.ahead``): the row never waits for that lease.
+            assert held_ms < LEASE_MS * 2 // 3, held_ms
             log = server.log_path.read_bytes()[log_offset:].decode(errors="replace")
             assert "idle-in-transaction timeout" in log
             recovery = await wait_lag_below(gate.su)

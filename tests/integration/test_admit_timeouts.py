@@ -13,6 +13,10 @@ from __future__ import annotations
 import pytest
 import trio
 
+from qlsched.cluster.coordinator import Coordinator
+from qlsched.cluster.metrics import Metrics
+from qlsched.core.config import Config
+from qlsched.core.fence import Claim
 from qlsched.core.outcomes import RetryExhausted
 from qlsched.postgres.pool import open_database
 from qlsched.postgres.store import ADMIT_SETTINGS, PostgresStore
@@ -75,3 +79,48 @@ async def test_a_timed_out_batch_admit_ends_admission_without_a_fallback(
 
         assert {type(o).__name__ for o in await store.admit(fires)} == {"Admitted"}
     assert await env.counts() == Counts(runs=ROWS, attempts=ROWS, events=2 * ROWS)
+
+
+async def test_a_fire_whose_row_was_locked_is_sent_again_under_its_claim(env: Env) -> None:
+    """Rule: when another session holds a due row (``SELECT ... FOR UPDATE``, as a session
+    stalled in a transaction does) past the lock timeout, the round's admit of that row comes
+    back ``retry_exhausted`` 55P03 with nothing written and its claim as it was; the engine
+    holds the Fire and, once the session lets go, sends it again under the same claim (no
+    new claim, no lease waited out): one Run, the cursor moved, the claim ended."""
+    await env.publish(one_project(2))
+    await env.make_due()
+    async with open_database(
+        env.db.runtime_dsn,
+        isolation="serializable",
+        settings={**ADMIT_SETTINGS, "lock_timeout": f"{SHORT_MS}ms"},
+    ) as admit_db:
+        store = PostgresStore(env.claim_db, admit_db, sink=env.sink)
+        coordinator = Coordinator(store, Config(owner="r1"), env.sink, Metrics())
+        holder = await env.connect()
+        claim = store.claim
+
+        async def claim_then_lock(owner: str, limit: int, lease_ms: int) -> list[Claim]:
+            claims = await claim(owner, limit, lease_ms)
+            await holder.execute("BEGIN")
+            await holder.execute(
+                "SELECT 1 FROM qlsched.trigger_schedules WHERE trigger_id = 't0000' FOR UPDATE"
+            )
+            return claims
+
+        store.claim = claim_then_lock  # type: ignore[method-assign]
+        first = await coordinator.run_round()
+        store.claim = claim  # type: ignore[method-assign]
+        locked = await env.schedule("p", "t0000")
+        await holder.execute("ROLLBACK")
+        assert first.held_due_in_ms is not None
+        await trio.sleep(first.held_due_in_ms / 1000)
+        second = await coordinator.run_round()
+
+    assert (first.claimed, first.admitted, first.retry_exhausted, first.held_ahead) == (2, 1, 1, 1)
+    assert locked["claim_owner"] == "r1"
+    assert (second.claimed, second.admitted, second.held_ahead) == (0, 1, 0)
+    after = await env.schedule("p", "t0000")
+    assert after["claim_owner"] is None
+    assert after["next_fire_at_ms"] > locked["next_fire_at_ms"]
+    assert await env.runs_by_trigger() == {"t0000": 1, "t0001": 1}
+    assert ("admit_lock_timeout", "55P03") in [(d.code, d.sqlstate) for d in env.sink.items]
