@@ -243,7 +243,8 @@ def test_ephemeral_server_is_the_wheels_postgresql_18(ephemeral: EmbeddedPostgre
 
 def test_ephemeral_server_listens_only_on_a_private_socket(ephemeral: EmbeddedPostgres) -> None:
     """Rule: no TCP by default; the socket directory is 0700 and owned by the server's user;
-    ephemeral servers run with fsync off and the settings HA tests rely on."""
+    ephemeral servers run with fsync off, the settings HA tests rely on, and autovacuum's
+    launcher looking every 5 s (the schedule table's 1 % threshold needs it)."""
     assert _psql(ephemeral, "show listen_addresses") == ""
     st = ephemeral.socket_dir.stat()
     assert stat.S_IMODE(st.st_mode) == 0o700
@@ -251,9 +252,12 @@ def test_ephemeral_server_listens_only_on_a_private_socket(ephemeral: EmbeddedPo
     settings = _psql(
         ephemeral,
         "select string_agg(name || '=' || setting, ',' order by name) from pg_settings "
-        "where name in ('fsync', 'max_connections', 'max_wal_senders', 'wal_level')",
+        "where name in ('autovacuum_naptime', 'fsync', 'max_connections', 'max_wal_senders',"
+        " 'wal_level')",
     )
-    assert settings == "fsync=off,max_connections=200,max_wal_senders=10,wal_level=replica"
+    assert settings == (
+        "autovacuum_naptime=5,fsync=off,max_connections=200,max_wal_senders=10,wal_level=replica"
+    )
 
 
 @root_only

@@ -335,3 +335,26 @@ def test_a_server_older_than_15_is_refused(
         with pytest.raises(MigrationError, match=r"^PostgreSQL 14 is too old: qlsched needs 15"):
             run_migrate(pg_cluster.dsn(name))
         assert fetchval(pg_cluster.dsn(name), "SELECT to_regnamespace('qlsched')") is None
+
+
+def test_the_schedule_table_is_vacuumed_once_one_percent_is_dead(pg_db: TestDatabase) -> None:
+    """Rule: migration 0016 gives ``trigger_schedules`` autovacuum thresholds of 1,000 rows
+    plus 1 % (PostgreSQL's default waits for a fifth of the table, while every claim walks
+    the dead entries of its index); they are a DBA's to change: readiness holds after."""
+    su = pg_db.superuser_dsn
+    options = fetchval(
+        su,
+        "SELECT reloptions FROM pg_catalog.pg_class"
+        " WHERE oid = 'qlsched.trigger_schedules'::regclass",
+    )
+    assert sorted(options) == [
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_vacuum_threshold=1000",
+    ]
+    sql_run(
+        su,
+        lambda conn: conn.execute(
+            "ALTER TABLE qlsched.trigger_schedules SET (autovacuum_vacuum_scale_factor = 0.05)"
+        ),
+    )
+    assert readiness(pg_db.runtime_dsn).ready
