@@ -318,11 +318,19 @@ class RoundEngine(Generic[M]):
 
     async def release_ahead(self) -> None:
         """Release, under their fence, the claims of every Fire held ahead (the replica is
-        stopping: another replica fires them when due)."""
-        tally = RoundCounts()
-        async with trio.open_nursery() as nursery:
-            for h in self._ahead.take_all():
-                nursery.start_soon(self._settle, h.fire.claim, RELEASE, tally)
+        stopping: another replica fires them when due); counted as a last round, so the
+        metrics show the releases and nothing held."""
+        held = self._ahead.take_all()
+        if not held:
+            return
+        tally, started = RoundCounts(stopping=True), trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                for h in held:
+                    nursery.start_soon(self._settle, h.fire.claim, RELEASE, tally)
+        finally:
+            duration_ms = (trio.current_time() - started) * 1000
+            self.metrics.observe_round(RoundStats.freeze(tally, 0, duration_ms))
 
     def _next_budget(self, done: RoundStats) -> int:
         """The budget of the round after ``done``.

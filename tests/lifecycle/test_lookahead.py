@@ -125,6 +125,10 @@ async def test_stop_releases_the_fires_held(autojump_clock: MockClock) -> None:
 
     assert first.decided_ahead == 3
     assert [m for m, _ in store.calls].count("release") == 3
+    # The releases show in the metrics, and nothing is held any more.
+    sample = r.metrics.registry.get_sample_value
+    assert sample("qlsched_fires_held", {"profile": "cluster"}) == 0
+    assert sample("qlsched_outcomes_total", {"profile": "cluster", "code": "released"}) == 3
     assert "admit" not in [m for m, _ in store.calls]
     assert not store.runs
     assert all(store.schedule("p", f"t{i:03}").claim_token is None for i in range(3))
