@@ -20,6 +20,7 @@ from qlsched.cluster.coordinator import Coordinator
 from qlsched.cluster.metrics import Metrics
 from qlsched.core.config import Config
 from qlsched.core.fence import Claim
+from qlsched.core.jitter import jitter_offset_ms
 from qlsched.core.keys import fire_request
 from qlsched.core.outcomes import Admitted, Fire, RetryExhausted
 from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
@@ -195,3 +196,48 @@ async def test_warming_prepares_the_admit_on_every_admit_connection(env: Env) ->
     await admit_db.run_each(2, has_admit)
     assert prepared == [True, True]
     assert msgspec.structs.astuple(await env.counts()) == (0, 0, 0)
+
+
+async def test_a_jittered_occurrence_claimed_ahead_is_admitted_at_its_due_time(
+    env: Env,
+) -> None:
+    """Rule: with jitter, an occurrence S is due at S + h (``core.jitter``): a replica with
+    a lookahead claims it ahead of S + h, not of S, holds it, and its Run is queued at or
+    after S + h by the database clock (never between S and S + h)."""
+    jitter_ms = 59_000
+    now = await env.now_ms()
+    if now % 60_000 > 50_000:  # leave room in this minute for S + h ahead of now
+        await env.wait_db_time(now - now % 60_000 + 61_000, timeout_s=15)
+        now = await env.now_ms()
+    s = now - now % 60_000
+    # A trigger whose h puts S + h 2-3.5 s ahead of now (its offset depends on its id).
+    picked = next(
+        (name, h)
+        for name in (f"j{i}" for i in range(5_000))
+        if 2_000 <= s + (h := jitter_offset_ms("p", name, 1, s, jitter_ms)) - now <= 3_500
+    )
+    name, h = picked
+    await env.publish(
+        PublishFile(
+            projects=[ProjectEntry(id="p")],
+            tasks=[TaskEntry(project="p", id="task", command="true")],
+            triggers=[trigger("p", name, cron="* * * * *", jitter_ms=jitter_ms)],
+        )
+    )
+    assert (await env.schedule("p", name))["trigger_revision"] == 1
+    await env.set_cursor("p", name, s)
+    store = await ahead_store(env, 5_000)
+    coordinator = Coordinator(store, Config(owner="r1", lookahead_ms=5_000), env.sink, Metrics())
+    seen: list[RoundStats] = []
+    with trio.fail_after(15):
+        while not await env.runs_by_trigger():
+            seen.append(await coordinator.run_round())
+            await trio.sleep(0.05)
+
+    [run] = await env.su(
+        "SELECT scheduled_for_ms, queued_at_ms FROM qlsched.runs WHERE trigger_id = $1", name
+    )
+    assert run["scheduled_for_ms"] == s
+    assert run["queued_at_ms"] >= s + h
+    assert seen[0].decided_ahead == 1
+    assert sum(st.admitted for st in seen) == 1
