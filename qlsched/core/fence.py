@@ -105,6 +105,11 @@ class FireRequest(msgspec.Struct, frozen=True):
     jitter_offset_ms: int = 0
     """Due at ``scheduled_for_ms + jitter_offset_ms``: the lag is measured from there."""
 
+    @property
+    def due_ms(self) -> int:
+        """When the occurrence falls due, by the database clock."""
+        return self.scheduled_for_ms + self.jitter_offset_ms
+
 
 class ObservedSchedule(msgspec.Struct, frozen=True):
     """A schedule row as a refused write saw it: enough to name the part that failed."""

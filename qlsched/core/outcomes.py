@@ -154,11 +154,11 @@ class RetryExhausted(_Outcome, frozen=True, tag="retry_exhausted"):
     attempts: int
     sqlstate: str
 
-    @property
-    def lock_wait(self) -> bool:
-        """Another session held the rows past the lock timeout: the statement wrote
-        nothing and the claim still holds, so the Fire may be sent again in its lease."""
-        return self.sqlstate == LOCK_NOT_AVAILABLE
+
+def lock_waited(outcome: Outcome) -> bool:
+    """Another session held the rows past the lock timeout: the statement wrote nothing
+    and the claim still holds, so the Fire may be sent again while its lease has room."""
+    return isinstance(outcome, RetryExhausted) and outcome.sqlstate == LOCK_NOT_AVAILABLE
 
 
 class StoreFailed(_Outcome, frozen=True, tag="store_failed"):

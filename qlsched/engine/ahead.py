@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from qlsched.core.fence import Claim, FireRequest
-from qlsched.core.outcomes import Outcome, RetryExhausted
+from qlsched.core.outcomes import Outcome, lock_waited
 
 __all__ = ["AheadFires", "HeldFire", "due_ms"]
 
@@ -81,9 +81,9 @@ class AheadFires:
         how many."""
         at = trio.current_time() + LOCK_RETRY_S
         again = [
-            HeldFire(f, f.scheduled_for_ms + f.jitter_offset_ms, at, claimed_at)
+            HeldFire(f, f.due_ms, at, claimed_at)
             for f, o in zip(fires, outcomes, strict=False)
-            if isinstance(o, RetryExhausted) and o.lock_wait
+            if lock_waited(o)
         ]
         self._held.extend(again)
         return len(again)

@@ -303,7 +303,7 @@ class RoundEngine(Generic[M]):
                 fire = fire_request(claim, decision)
                 tally.fired += 1
                 # Due after the claim's time only when decided ahead (``_decide``).
-                due = decision.scheduled_for_ms + decision.jitter_offset_ms
+                due = fire.due_ms
                 if due > claim.claimed_at_ms:
                     self._ahead.hold(fire, due, due - claim.claimed_at_ms, replied)
                     tally.decided_ahead += 1

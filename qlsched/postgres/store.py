@@ -8,7 +8,6 @@ returns typed outcomes; a lost race, a stale fence or a changed revision is neve
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from functools import cached_property
 
@@ -23,6 +22,7 @@ from qlsched.core.outcomes import (
     Skip,
     Skipped,
     StoreFailed,
+    lock_waited,
     outcome_code,
 )
 from qlsched.postgres.admit import ADMIT_SETTINGS, TIMEOUT_CODES, Admission
@@ -110,13 +110,9 @@ class PostgresStore(ReplicaPools):
         finally:
             # A claim whose admit waited out the lock timeout still holds: the engine may
             # send its Fire again, with the retries its lease has left.
-            self._leases.forget(
-                [
-                    f.claim
-                    for f, o in itertools.zip_longest(fires, outcomes[: len(fires)])
-                    if not (isinstance(o, RetryExhausted) and o.lock_wait)
-                ]
-            )
+            pairs = zip(fires, outcomes, strict=False)
+            held = {f.claim.fence.token for f, o in pairs if lock_waited(o)}
+            self._leases.forget([f.claim for f in fires if f.claim.fence.token not in held])
 
     async def _give_back(self, fires: Sequence[FireRequest], outcomes: Sequence[Outcome]) -> None:
         """Release at once, under their fence, the claims of Fires whose admit could not
