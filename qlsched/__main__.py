@@ -1,5 +1,5 @@
 """``python -m qlsched``."""
 
-from qlsched.entry import main
+from qlsched.entry import script
 
-raise SystemExit(main())
+script()

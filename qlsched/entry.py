@@ -15,14 +15,19 @@ report: the interrupt that counts is the one that can unwind the command.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Final
+from typing import Final, NoReturn
 
 from qlsched.exception_groups import interrupted
+
+INTERRUPTED: Final = 130
+"""The exit code of an interrupted command (128 + SIGINT), as a shell reports a Ctrl-C."""
 
 WATCHING_COMMANDS: Final = frozenset({"run", "work"})
 """Commands whose first act in Trio is ``qlsched.signals.watch_signals``: a SIGINT that
@@ -64,7 +69,9 @@ def _load_command() -> tuple[bool, str | None]:
             for later in getattr(module, "PRELOAD", ()):  # what its main imports itself
                 importlib.import_module(later)
     finally:
-        if name in WATCHING_COMMANDS and not noted:
+        if noted:  # the exit is under way: a second Ctrl-C must not interrupt its handling
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        elif name in WATCHING_COMMANDS:
             from qlsched.signals import note_early_signal
 
             signal.signal(signal.SIGINT, note_early_signal)
@@ -89,6 +96,23 @@ def _quiet_unraisable_interrupt(
         previous(unraisable)
 
     return hook
+
+
+def script() -> NoReturn:
+    """The process's entry (``python -m qlsched``, the ``qlsched`` script): ``main``, then
+    the exit. An interrupted command ends with ``os._exit(130)`` once the exit handlers
+    ran and the streams are flushed. Why: CPython notes a KeyboardInterrupt that left a
+    string ``exec``/``eval`` (a dataclass's generated methods, while a module loads late)
+    as never handled, although ``main`` caught it, and a normal exit then killed the
+    process with SIGINT (exit -2, 4 times in 300 interrupted ``edge status``)."""
+    code = main()
+    if code != INTERRUPTED:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def main() -> int:
@@ -116,12 +140,24 @@ def _main() -> int:
         # ignored, a signal that already arrived runs no handler at all.
         _ignore_signals()
     except BaseException as exc:
-        if not interrupted(exc):
+        if not _ignoring_signals_then(interrupted, exc):
             raise
-        code = 130
-        _ignore_signals()
+        code = INTERRUPTED
         print("qlsched: interrupted", file=sys.stderr, flush=True)  # noqa: T201
     return code
+
+
+def _ignoring_signals_then(check: Callable[[BaseException], bool], exc: BaseException) -> bool:
+    """Signals ignored, then ``check(exc)``. Why a loop: a second Ctrl-C whose handler ran
+    before the first's handling had ignored signals (0.1 ms apart, while a module loaded)
+    raised its KeyboardInterrupt inside that handling, and Python printed it; it is the
+    same interrupt, so the handling starts again."""
+    while True:
+        try:
+            _ignore_signals()
+            return check(exc)
+        except KeyboardInterrupt:
+            continue
 
 
 def _ignore_signals() -> None:

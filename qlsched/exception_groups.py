@@ -36,8 +36,18 @@ def single_leaf_unwrapped() -> Iterator[None]:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C: ``KeyboardInterrupt`` itself, or a group holding one
-    (Trio delivers it inside the group of whichever nursery it crossed)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+    """Whether ``exc`` is a Ctrl-C: ``KeyboardInterrupt`` itself, a group holding one (Trio
+    delivers it inside the group of whichever nursery it crossed), or an error raised from
+    one: Python 3.11 wraps what a class body's ``__set_name__`` raises in a RuntimeError,
+    and a Ctrl-C landing in a dataclass's creation (a module imported late, ``rich.table``
+    as ``edge status`` renders) came out as "Error calling __set_name__", exit 1."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # a chain can loop back
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        if isinstance(cause, BaseExceptionGroup) and cause.subgroup(KeyboardInterrupt) is not None:
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return False

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,6 +56,29 @@ def test_a_ctrl_c_as_the_command_returns_is_exit_130(
         code = entry.main()
     except KeyboardInterrupt:
         pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
+    assert code == 130
+    assert capsys.readouterr().err == "qlsched: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def _interrupted_command() -> int:
+    raise KeyboardInterrupt
+
+
+def test_a_second_ctrl_c_while_the_first_is_handled_is_the_same_interrupt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], handlers: None
+) -> None:
+    """Rule: a second SIGINT whose handler runs while the first's KeyboardInterrupt is being
+    handled, before signals are ignored (0.1 ms apart, twice in 300 tries), still ends as
+    one ``qlsched: interrupted``, exit 130, never a traceback of the second."""
+    monkeypatch.setattr(entry, "_load_command", lambda: (False, "status"))
+    monkeypatch.setattr(qlsched.cli, "main", _interrupted_command)
+    monkeypatch.setattr(signal, "signal", _interrupt_at_first_ignore(signal.signal))
+
+    try:
+        code = entry.main()
+    except KeyboardInterrupt:
+        pytest.fail("the second KeyboardInterrupt left qlsched.entry.main")
     assert code == 130
     assert capsys.readouterr().err == "qlsched: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
@@ -112,3 +138,58 @@ def test_an_interrupt_landing_in_a_finaliser_prints_no_report(
     assert entry.main() == 0
     assert seen == [ValueError]
     assert sys.unraisablehook is before
+
+
+CAUGHT_IN_EXEC = """
+import sys
+import qlsched.cli
+from qlsched import entry
+
+def command() -> int:
+    try:
+        exec("raise KeyboardInterrupt")  # a Ctrl-C inside a dataclass's generated code
+    except KeyboardInterrupt:
+        print("qlsched: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+entry._load_command = lambda: (False, "status")
+qlsched.cli.main = command
+entry.script()
+"""
+
+
+def test_an_interrupt_caught_after_it_left_a_string_exec_still_exits_130(
+    tmp_path: Path,
+) -> None:
+    """Rule: an interrupted command exits 130, also when its KeyboardInterrupt passed
+    through a string ``exec`` before it was caught: CPython then marks it unhandled and,
+    when a program run with ``-m`` (as ``python -m qlsched``) ends, kills the process with
+    SIGINT (exit -2; seen when a Ctrl-C landed in a dataclass's creation while ``edge
+    status`` loaded ``rich.table``)."""
+    (tmp_path / "caught_in_exec.py").write_text(CAUGHT_IN_EXEC)
+    done = subprocess.run(
+        [sys.executable, "-m", "caught_in_exec"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (130, "qlsched: interrupted\n")
+
+
+def test_a_ctrl_c_while_the_command_loads_leaves_sigint_ignored(
+    monkeypatch: pytest.MonkeyPatch, handlers: None
+) -> None:
+    """Rule: a SIGINT noted while the command's modules load leaves SIGINT ignored, not
+    raising: the KeyboardInterrupt ``main`` raises next is being handled, and a second
+    Ctrl-C landing in that handling printed a traceback (exit -2)."""
+
+    def chosen_with_a_ctrl_c(argv: object) -> str:
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next line
+        return "status"
+
+    monkeypatch.setattr(qlsched, "_early_sigints", [])
+    monkeypatch.setattr(qlsched.cli, "chosen_command", chosen_with_a_ctrl_c)
+    assert entry._load_command() == (True, "status")
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlsched.exception_groups import single_leaf, single_leaf_unwrapped
+from qlsched.exception_groups import interrupted, single_leaf, single_leaf_unwrapped
 
 KEY = KeyError("k")
 VALUE = ValueError("v")
@@ -43,3 +43,37 @@ def test_unwrapped_raises_the_leaf_itself_and_keeps_a_group_of_several() -> None
     with pytest.raises(ExceptionGroup) as group, single_leaf_unwrapped():
         raise several
     assert group.value is several
+
+
+def _raised_from(cause: BaseException | None) -> BaseException:
+    try:
+        raise RuntimeError("Error calling __set_name__") from cause
+    except RuntimeError as exc:
+        return exc
+
+
+def _raised_while_handling(handled: BaseException) -> BaseException:
+    try:
+        try:
+            raise handled
+        except BaseException:
+            raise ValueError("a bug in the handling")  # noqa: B904
+    except ValueError as exc:
+        return exc
+
+
+def test_interrupted_sees_a_ctrl_c_as_the_cause_of_an_error() -> None:
+    """Rule: an error raised from a KeyboardInterrupt (Python 3.11 wraps what a class's
+    ``__set_name__`` raises, a dataclass's creation among them) is a Ctrl-C, through
+    groups and chains; an error merely raised while one was handled is not, nor a chain
+    that loops back on itself."""
+    assert interrupted(_raised_from(KeyboardInterrupt()))
+    assert interrupted(_raised_from(_raised_from(KeyboardInterrupt())))
+    assert interrupted(_raised_from(BaseExceptionGroup("g", [KeyboardInterrupt()])))
+    assert not interrupted(_raised_from(None))
+    assert not interrupted(_raised_from(ValueError()))
+    assert not interrupted(_raised_while_handling(KeyboardInterrupt()))
+    loop = _raised_from(ValueError())
+    assert loop.__cause__ is not None
+    loop.__cause__.__cause__ = loop
+    assert not interrupted(loop)
