@@ -301,9 +301,6 @@ class EmbeddedPostgres:
             "shared_buffers": "64MB",
             "wal_level": "replica",
             "max_wal_senders": "10",
-            # The schedule table is vacuumed once 1 % of it is dead (migration 0016); at the
-            # default 1 min the launcher looked that seldom (docs/performance.md, Claim).
-            "autovacuum_naptime": "5s",
         }
         if self._temp_dir is not None:
             # Ephemeral: nothing to keep after an OS crash. Not synchronous_commit=off, which
