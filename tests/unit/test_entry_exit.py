@@ -41,44 +41,34 @@ def _interrupt_at_first_ignore(real: Callable[..., Any]) -> Callable[..., Any]:
     return signal_
 
 
-def test_a_ctrl_c_as_the_command_returns_is_exit_130(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], handlers: None
+def _interrupted_command() -> int:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "command",
+    [lambda: 0, _interrupted_command],
+    ids=["as-the-command-returns", "while-the-first-is-handled"],
+)
+def test_a_ctrl_c_before_signals_are_ignored_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    handlers: None,
+    command: Callable[[], int],
 ) -> None:
-    """Rule: a SIGINT whose handler runs between the command's return and the ignoring of
-    signals still ends as ``qlsched: interrupted``, exit 130; it never leaves ``main`` as a
-    bare KeyboardInterrupt, which Python turns into death by SIGINT (exit -2, seen once in
-    CI after an Edge command had printed its interrupted line)."""
+    """Rule: a SIGINT whose handler runs before ``main`` has ignored signals, as the command
+    returns or while a first Ctrl-C's KeyboardInterrupt is being handled (0.1 ms apart,
+    twice in 300 tries), still ends as one ``qlsched: interrupted``, exit 130; it never
+    leaves ``main`` as a bare KeyboardInterrupt, which Python prints and turns into death
+    by SIGINT (exit -2)."""
     monkeypatch.setattr(entry, "_load_command", lambda: (False, "status"))
-    monkeypatch.setattr(qlsched.cli, "main", lambda: 0)
+    monkeypatch.setattr(qlsched.cli, "main", command)
     monkeypatch.setattr(signal, "signal", _interrupt_at_first_ignore(signal.signal))
 
     try:
         code = entry.main()
     except KeyboardInterrupt:
         pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
-    assert code == 130
-    assert capsys.readouterr().err == "qlsched: interrupted\n"
-    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-
-
-def _interrupted_command() -> int:
-    raise KeyboardInterrupt
-
-
-def test_a_second_ctrl_c_while_the_first_is_handled_is_the_same_interrupt(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], handlers: None
-) -> None:
-    """Rule: a second SIGINT whose handler runs while the first's KeyboardInterrupt is being
-    handled, before signals are ignored (0.1 ms apart, twice in 300 tries), still ends as
-    one ``qlsched: interrupted``, exit 130, never a traceback of the second."""
-    monkeypatch.setattr(entry, "_load_command", lambda: (False, "status"))
-    monkeypatch.setattr(qlsched.cli, "main", _interrupted_command)
-    monkeypatch.setattr(signal, "signal", _interrupt_at_first_ignore(signal.signal))
-
-    try:
-        code = entry.main()
-    except KeyboardInterrupt:
-        pytest.fail("the second KeyboardInterrupt left qlsched.entry.main")
     assert code == 130
     assert capsys.readouterr().err == "qlsched: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
