@@ -35,21 +35,6 @@ async def _admit_round(env: Env, age_ms: int) -> None:
     assert all(isinstance(o, Admitted) for o in outcomes), outcomes[:3]
 
 
-async def _locks_of_one_admit(env: Env) -> dict[tuple[str, str], int]:
-    """The SIRead locks of one more admit round, kept alive by an older serializable
-    transaction that overlaps it."""
-    older = await env.connect()
-    await older.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-    await older.fetchval("SELECT 1")  # its snapshot: the admit below overlaps it
-    await _admit_round(env, age_ms=60_000)
-    locks = await env.su(
-        "SELECT relation::regclass::text AS rel, locktype, count(*) AS n FROM pg_catalog.pg_locks"
-        " WHERE mode = 'SIReadLock' GROUP BY 1, 2 ORDER BY 1, 2"
-    )
-    await older.execute("ROLLBACK")
-    return {(r["rel"], r["locktype"]): r["n"] for r in locks}
-
-
 async def test_a_batch_admit_never_locks_the_whole_runs_index(env: Env) -> None:
     """Rule: with a large history of the replica's own Runs, one 256-Run admit holds no
     relation-level SIRead lock on any table or index, and at most a few page-level ones on
@@ -59,24 +44,15 @@ async def test_a_batch_admit_never_locks_the_whole_runs_index(env: Env) -> None:
     # Each round's cursor a minute earlier than the last: new occurrences, new Runs.
     for i in range(HISTORY_ROUNDS):
         await _admit_round(env, age_ms=(HISTORY_ROUNDS + 2 - i) * 60_000)
-    held = await _locks_of_one_admit(env)
+    older = await env.connect()
+    await older.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+    await older.fetchval("SELECT 1")  # its snapshot: the admit below overlaps it
+    await _admit_round(env, age_ms=60_000)
+    locks = await env.su(
+        "SELECT relation::regclass::text AS rel, locktype, count(*) AS n FROM pg_catalog.pg_locks"
+        " WHERE mode = 'SIReadLock' GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    await older.execute("ROLLBACK")
+    held = {(r["rel"], r["locktype"]): r["n"] for r in locks}
     assert not [k for k in held if k[1] == "relation"], held
     assert 0 < held.get(("qlsched.runs_pkey", "page"), 0) <= RUNS_PKEY_PAGES_MAX, held
-
-
-async def test_statistics_of_near_empty_tables_never_make_an_admit_read_a_whole_one(
-    env: Env,
-) -> None:
-    """Rule: with the Run tables analysed while nearly empty (a new cluster, or an
-    autovacuum just after a TRUNCATE: the bench's storm, 500 occurrences/s at 16 replicas)
-    and thousands of Runs since, the admit's cached generic plan still reads no whole
-    table or index: no relation-level SIRead lock. Each of the overlap statements' joins
-    (``cancel_other``'s Runs and Attempts) once walked all of ``attempts`` as a nested
-    loop's outer side in every admit, none of them ``cancel_other``."""
-    await env.publish(one_project(BATCH))
-    for table in ("runs", "attempts", "run_events"):
-        await env.su_exec(f"ANALYZE qlsched.{table}")
-    for i in range(HISTORY_ROUNDS):
-        await _admit_round(env, age_ms=(HISTORY_ROUNDS + 2 - i) * 60_000)
-    held = await _locks_of_one_admit(env)
-    assert not [k for k in held if k[1] == "relation"], held

@@ -94,8 +94,6 @@ specs AS MATERIALIZED (
 -- The overlap decision: a CASE evaluates a branch's subquery only when it gets there, so
 -- under `allow` (and for refused rows) no Run is read. The reads go through the unfinished
 -- Runs' partial index: a trigger's unfinished Runs, never its history.
--- `OFFSET 0` keeps each a probe by key: without it PostgreSQL may plan a hashed
--- alternative, which reads the whole index once (a lock on all of it under SERIALIZABLE).
 ordered AS MATERIALIZED (
     SELECT i.*, sp.task_id, sp.refusal, sp.overlap, sp.start_deadline_ms,
            CASE
@@ -104,14 +102,12 @@ ordered AS MATERIALIZED (
              WHEN NOT EXISTS (SELECT 1 FROM qlsched.runs AS u
                                WHERE u.project_id = i.project_id
                                  AND u.trigger_id = i.trigger_id
-                                 AND u.state IN ('held', 'queued', 'running')
-                              OFFSET 0)
+                                 AND u.state IN ('held', 'queued', 'running'))
                THEN 'queue'
              WHEN sp.overlap = 'buffer_one'
               AND NOT EXISTS (SELECT 1 FROM qlsched.runs AS u
                                WHERE u.project_id = i.project_id
-                                 AND u.trigger_id = i.trigger_id AND u.state = 'held'
-                              OFFSET 0)
+                                 AND u.trigger_id = i.trigger_id AND u.state = 'held')
                THEN 'hold'
              ELSE 'skip'
            END AS decision

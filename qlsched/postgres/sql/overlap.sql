@@ -7,12 +7,6 @@
 -- one at once with its pristine Attempt, a running one by asking its worker (seen at its
 -- next heartbeat). Each with its event, numbered after the Run's last. The new Runs are not
 -- in this statement's snapshot, so they are never among them.
--- Each UPDATE also names its rows' keys as arrays of the driving rows' (`= ANY`): the join
--- alone let a generic plan built on a near-empty table's statistics walk the whole of
--- `attempts` (or `runs_unfinished_idx`) as a nested loop's outer side, in every admit, even
--- with no `cancel_other` Run in it; under SERIALIZABLE that read locked the whole relation,
--- and every other replica's admit failed (a storm: 500 occurrences/s). The arrays bound
--- the scan to the driving rows' keys, and an empty array reads nothing.
 others AS (
     UPDATE qlsched.runs AS o
        SET state = CASE WHEN o.state = 'running' THEN 'running' ELSE 'cancelled' END,
@@ -20,8 +14,6 @@ others AS (
            finished_at_ms = CASE WHEN o.state = 'running' THEN NULL ELSE w.at_ms END
       FROM overlap_new AS w
      WHERE o.project_id = w.project_id AND o.trigger_id = w.trigger_id
-       AND o.project_id = ANY (ARRAY(SELECT v.project_id FROM overlap_new AS v))
-       AND o.trigger_id = ANY (ARRAY(SELECT v.trigger_id FROM overlap_new AS v))
        AND o.state IN ('held', 'queued', 'running') AND NOT o.cancel_requested
  RETURNING o.run_id, o.state, w.at_ms, w.actor
 ),
@@ -30,7 +22,6 @@ others_attempts AS (
        SET state = 'cancelled', result = 'overlap', finished_at_ms = o.at_ms
       FROM others AS o
      WHERE x.run_id = o.run_id AND o.state = 'cancelled' AND x.state = 'claimed'
-       AND x.run_id = ANY (ARRAY(SELECT v.run_id FROM others AS v WHERE v.state = 'cancelled'))
        AND x.worker_id IS NULL
 ),
 others_events AS (
