@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from qlsched.postgres import queries
 from qlsched.sql_blocks import read_blocks
 
 
@@ -54,3 +57,14 @@ def test_health_and_the_due_refusal_scan_share_one_lasting_refusal_rule() -> Non
     assert "-- include:" not in query("refused_triggers") + query("refused_due_triggers")
     assert case_of("refused_triggers") == case_of("refused_due_triggers")
     assert "digest_invalid:task" in case_of("refused_triggers")
+
+
+def test_every_statement_fits_asyncpg_s_statement_cache() -> None:
+    """Rule: every named block is short enough for asyncpg to keep it prepared per
+    connection (``max_cacheable_statement_size``, the pools' default). A longer one is
+    parsed and planned again at every call, silently: the admit grew past it once, by the
+    comment lines of a fix, and only the warm-up's test noticed."""
+    limit = inspect.signature(asyncpg.connect).parameters["max_cacheable_statement_size"].default
+    sizes = {name: len(sql.encode()) for name, sql in queries._all().items()}
+    assert {name: n for name, n in sizes.items() if n >= limit} == {}
+    assert sizes["admit"] > limit // 2  # the blocks are read, with their fragments

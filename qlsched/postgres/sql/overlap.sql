@@ -6,7 +6,9 @@
 -- trigger_id, at_ms, actor), cancel the trigger's other unfinished Runs: a held or queued
 -- one at once with its pristine Attempt, a running one by asking its worker (seen at its
 -- next heartbeat). Each with its event, numbered after the Run's last. The new Runs are not
--- in this statement's snapshot, so they are never among them.
+-- in this statement's snapshot, so they are never among them. Each `EXISTS` is a one-time
+-- gate: with no `cancel_other` Run, nothing is read (a generic plan built on near-empty
+-- statistics walked all of `attempts` in every admit; docs/performance.md, the storm).
 others AS (
     UPDATE qlsched.runs AS o
        SET state = CASE WHEN o.state = 'running' THEN 'running' ELSE 'cancelled' END,
@@ -15,6 +17,7 @@ others AS (
       FROM overlap_new AS w
      WHERE o.project_id = w.project_id AND o.trigger_id = w.trigger_id
        AND o.state IN ('held', 'queued', 'running') AND NOT o.cancel_requested
+       AND EXISTS (SELECT FROM overlap_new)
  RETURNING o.run_id, o.state, w.at_ms, w.actor
 ),
 others_attempts AS (
@@ -22,7 +25,7 @@ others_attempts AS (
        SET state = 'cancelled', result = 'overlap', finished_at_ms = o.at_ms
       FROM others AS o
      WHERE x.run_id = o.run_id AND o.state = 'cancelled' AND x.state = 'claimed'
-       AND x.worker_id IS NULL
+       AND x.worker_id IS NULL AND EXISTS (SELECT FROM others)
 ),
 others_events AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
