@@ -140,22 +140,22 @@ def _main() -> int:
         # ignored, a signal that already arrived runs no handler at all.
         _ignore_signals()
     except BaseException as exc:
-        if not _ignoring_signals_then(interrupted, exc):
+        if not _signals_ignored_then_interrupted(exc):
             raise
         code = INTERRUPTED
         print("qlsched: interrupted", file=sys.stderr, flush=True)  # noqa: T201
     return code
 
 
-def _ignoring_signals_then(check: Callable[[BaseException], bool], exc: BaseException) -> bool:
-    """Signals ignored, then ``check(exc)``. Why a loop: a second Ctrl-C whose handler ran
-    before the first's handling had ignored signals (0.1 ms apart, while a module loaded)
-    raised its KeyboardInterrupt inside that handling, and Python printed it; it is the
-    same interrupt, so the handling starts again."""
+def _signals_ignored_then_interrupted(exc: BaseException) -> bool:
+    """Signals ignored, then whether ``exc`` is a Ctrl-C. Why a loop: a second Ctrl-C whose
+    handler ran before the first's handling had ignored signals (0.1 ms apart, while a
+    module loaded) raised its KeyboardInterrupt inside that handling, and Python printed
+    it; it is the same interrupt, so the handling starts again."""
     while True:
         try:
             _ignore_signals()
-            return check(exc)
+            return interrupted(exc)
         except KeyboardInterrupt:
             continue
 
