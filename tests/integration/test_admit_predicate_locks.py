@@ -13,10 +13,8 @@ large, and every 2-replica burst of the bench showed admits holding a lock on th
 
 from __future__ import annotations
 
-import msgspec
-
 from qlsched.core.outcomes import Admitted
-from tests.integration.adapter_support import Env, fire_for, one_project, trigger, trigger_ids
+from tests.integration.adapter_support import Env, fire_for, one_project
 
 BATCH = 256
 HISTORY_ROUNDS = 48
@@ -26,8 +24,8 @@ RUNS_PKEY_PAGES_MAX = 4
 """One leaf page, or a few where a page split falls inside the batch."""
 
 
-async def _admit_round(env: Env, age_ms: int, ids: list[str] | None = None) -> None:
-    await env.make_due(ids=ids, age_ms=age_ms)
+async def _admit_round(env: Env, age_ms: int) -> None:
+    await env.make_due(age_ms=age_ms)
     claims = await env.store.claim("r1", BATCH, 30_000)
     assert len(claims) == BATCH
     # Decided as at each cursor: on time, so every row fires (the minutes-old cursors
@@ -43,7 +41,7 @@ async def _locks_of_one_admit(env: Env, ids: list[str] | None = None) -> dict[tu
     older = await env.connect()
     await older.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
     await older.fetchval("SELECT 1")  # its snapshot: the admit below overlaps it
-    await _admit_round(env, age_ms=60_000, ids=ids)
+    await _admit_round(env, age_ms=60_000)
     locks = await env.su(
         "SELECT relation::regclass::text AS rel, locktype, count(*) AS n FROM pg_catalog.pg_locks"
         " WHERE mode = 'SIReadLock' GROUP BY 1, 2 ORDER BY 1, 2"
@@ -81,23 +79,4 @@ async def test_statistics_of_near_empty_tables_never_make_an_admit_read_a_whole_
     for i in range(HISTORY_ROUNDS):
         await _admit_round(env, age_ms=(HISTORY_ROUNDS + 2 - i) * 60_000)
     held = await _locks_of_one_admit(env)
-    assert not [k for k in held if k[1] == "relation"], held
-
-
-async def test_the_overlap_check_probes_by_key_on_near_empty_statistics(env: Env) -> None:
-    """Rule: with the Run tables analysed while empty and thousands of unfinished Runs of
-    other triggers since, an admit of ``buffer_one`` triggers, whose overlap check reads
-    the trigger's unfinished Runs, takes no relation-level SIRead lock: the check stays a
-    probe by key (the same class as the overlap joins above; a hashed form of it would read
-    the whole index of unfinished Runs)."""
-    allow, checked = trigger_ids(BATCH), trigger_ids(BATCH, prefix="b")
-    spec = one_project(ids=allow)
-    buffered = [msgspec.structs.replace(trigger("p", t), overlap="buffer_one") for t in checked]
-    await env.publish(msgspec.structs.replace(spec, triggers=[*spec.triggers, *buffered]))
-    await env.make_due(ids=checked, age_ms=-86_400_000)  # not due until the inspected round
-    for table in ("runs", "attempts", "run_events"):
-        await env.su_exec(f"ANALYZE qlsched.{table}")
-    for i in range(HISTORY_ROUNDS):
-        await _admit_round(env, age_ms=(HISTORY_ROUNDS + 2 - i) * 60_000, ids=allow)
-    held = await _locks_of_one_admit(env, ids=checked)
     assert not [k for k in held if k[1] == "relation"], held
