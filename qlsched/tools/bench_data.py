@@ -336,6 +336,9 @@ _FINAL_SELECT = re.compile(r"^SELECT ", re.M)
 _PARAMETER = re.compile(r"^--\s+\$(\d+)\s*:=\s*(.+?)\s*$")
 _QUOTED_COLON = re.compile(r":(?=[A-Za-z0-9_])")
 _VARIABLE = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
+_DRAWN = re.compile(r"\b(?:gen_random_uuid|random|clock_timestamp|nextval)\s*\(")
+"""A pgbench expression that draws a new value each time it is evaluated: pasted for a
+``$n`` the statement reads twice, the two reads would disagree (a parameter is one value)."""
 
 
 def pgbench_template(name: str) -> str:
@@ -425,6 +428,11 @@ def _pgbench_statement(name: str, sql: str, values: Mapping[int, str]) -> str:
             number = int(sql[i + 1 : end])
             if number not in values:
                 raise ValueError(f"block {name}: ${number} has no pgbench expression")
+            if number in used and _DRAWN.search(values[number]):
+                raise ValueError(
+                    f"block {name}: ${number} is read more than once, and its expression"
+                    " draws a new value at each use"
+                )
             out.append(values[number])
             used.add(number)
             i = end

@@ -13,8 +13,9 @@
 -- Variables: `-D owner=NAME -D lease_ms=N`; the claim's columns arrive by `\gset`.
 -- The admit's decision is a Fire whose next cursor is 1 ms after the occurrence, so the row is
 -- due again at once and the supply of due rows never runs out during `pgbench -T`; its
--- idempotency key is core's (ql3:cron:v1:<trigger>:<revision>:<scheduled_for>) and its Run and
--- Attempt ids random UUIDs, as core mints them.
+-- idempotency key is core's (ql3:cron:v1:<trigger>:<revision>:<scheduled_for>) and its Run
+-- and Attempt ids MD5s of the occurrence: values, since the admit reads `$14` and `$15`
+-- twice (a `gen_random_uuid()` there would be drawn anew at each read).
 -- @claim
 --   $1 := :owner
 --   $2 := 1
@@ -37,8 +38,8 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 --   $11 := ARRAY[:next_fire_at_ms::bigint]
 --   $12 := ARRAY[:next_fire_at_ms::bigint + 1]
 --   $13 := ARRAY[0::bigint]
---   $14 := ARRAY[pg_catalog.gen_random_uuid()]
---   $15 := ARRAY[pg_catalog.gen_random_uuid()]
+--   $14 := ARRAY[pg_catalog.md5('ql3' || ':' || 'cron' || ':' || 'v1' || ':' || :trigger_id::text || ':' || :trigger_revision::text || ':' || :next_fire_at_ms::text)::uuid]
+--   $15 := ARRAY[pg_catalog.md5('attempt' || ':' || :trigger_id::text || ':' || :trigger_revision::text || ':' || :next_fire_at_ms::text)::uuid]
 --   $16 := ARRAY['ql3' || ':' || 'cron' || ':' || 'v1' || ':' || :trigger_id::text || ':' || :trigger_revision::text || ':' || :next_fire_at_ms::text]
 --   $17 := ARRAY[:locator::text]
 --   $18 := false
