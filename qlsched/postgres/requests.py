@@ -205,6 +205,29 @@ def _claim_from_row(row: Any) -> RequestClaim:
     )
 
 
+def request_admit_args(chunk: RequestChunk) -> tuple[Any, ...]:
+    """The parameters of ``request_admit`` for ``chunk``, in order."""
+    c = chunk.claim
+    return (
+        c.request_id,
+        c.fence.owner,
+        c.fence.token,
+        c.fence.version,
+        c.cursor_ms,
+        c.trigger_revision,
+        c.trigger_digest,
+        c.task_revision,
+        c.execution_revision_id,
+        chunk.occurrences,
+        chunk.run_ids,
+        chunk.attempt_ids,
+        chunk.keys,
+        chunk.cursor_ms,
+        chunk.done,
+        chunk.next_ms,
+    )
+
+
 class PostgresRequestStore(ReplicaPools):
     """The ``RequestStore`` port over a replica's two pools (claims, admits)."""
 
@@ -229,24 +252,7 @@ class PostgresRequestStore(ReplicaPools):
         ids = (c.request_id, c.project_id, c.trigger_id)
         deadline = retry_deadline_s(trio.current_time(), c.fence.expires_at_ms - c.claimed_at_ms)
         sql = query("request_admit")
-        args = (
-            c.request_id,
-            c.fence.owner,
-            c.fence.token,
-            c.fence.version,
-            c.cursor_ms,
-            c.trigger_revision,
-            c.trigger_digest,
-            c.task_revision,
-            c.execution_revision_id,
-            chunk.occurrences,
-            chunk.run_ids,
-            chunk.attempt_ids,
-            chunk.keys,
-            chunk.cursor_ms,
-            chunk.done,
-            chunk.next_ms,
-        )
+        args = request_admit_args(chunk)
 
         async def fn(conn: Connection) -> Any:
             return await conn.fetchrow(sql, *args)

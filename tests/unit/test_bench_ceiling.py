@@ -33,3 +33,25 @@ def test_the_batch_script_is_the_products_claim_and_admit_ending_in_arrays() -> 
     cut = bench_data.with_ending(claim, "SELECT 1;")
     assert cut.endswith("SELECT 1;")
     assert cut[: -len("SELECT 1;")] == claim[: claim.rindex("\nSELECT ") + 1]
+
+
+def test_a_parameter_read_twice_gets_a_value_not_a_fresh_draw_per_read() -> None:
+    """Both ceiling scripts render; an expression that draws anew at each evaluation
+    (``gen_random_uuid()``) pasted where a statement reads its ``$n`` twice is refused: the
+    admit finds each new Run's row by its place in ``$14``, and a second draw found none
+    (pgbench stopped on a NULL event id)."""
+    import pytest
+
+    from qlsched.tools import bench_data
+    from qlsched.tools.bench.ceiling import BATCH_SCRIPT, SCRIPT
+
+    for name in (SCRIPT, BATCH_SCRIPT):
+        assert "INSERT INTO qlsched.runs" in bench_data.render_pgbench(
+            bench_data.pgbench_template(name)
+        )
+    template = "-- @admit\n" + "\n".join(
+        f"--   ${n} := {'ARRAY[pg_catalog.gen_random_uuid()]' if n == 14 else ':v'}"
+        for n in range(1, 19)
+    )
+    with pytest.raises(ValueError, match=r"\$14 is read more than once"):
+        bench_data.render_pgbench(template)

@@ -161,8 +161,7 @@ advanced AS (
        AND s.due_at_ms <= now.ms
  RETURNING c.ord, s.updated_at_ms
 ),
--- Joined by request row, not by key: a Fire gets a Run only if its own row advanced (two
--- Fires for one key in a batch, which the coordinator never sends, cannot share one).
+-- Joined by request row, not by key: a Fire gets a Run only if its own row advanced.
 admitted AS MATERIALIZED (
     SELECT c.*, a.updated_at_ms AS at_ms
       FROM ordered AS c
@@ -178,19 +177,23 @@ run_rows AS (
       FROM admitted AS a
      WHERE a.decision <> 'skip'
         ON CONFLICT (idempotency_key) DO NOTHING
- RETURNING run_id
+ RETURNING run_id, project_id, trigger_id, created_at_ms AS at_ms, state,
+           pg_catalog.array_position($14::uuid[], run_id) AS ord
 ),
+-- Below, a Run's request row is found by its place (`ord`), not by a join to `admitted`:
+-- a nested loop in the generic plan, n * n row pairs (65,536 for 256 Runs).
 overlap_new AS (
-    SELECT a.run_id, a.project_id, a.trigger_id, a.at_ms, $1::text AS actor
-      FROM admitted AS a JOIN run_rows AS n ON n.run_id = a.run_id
-     WHERE a.overlap = 'cancel_other'
+    SELECT n.run_id, n.project_id, n.trigger_id, n.at_ms, $1::text AS actor
+      FROM run_rows AS n
+     WHERE (SELECT pg_catalog.array_agg(c.overlap = 'cancel_other' ORDER BY c.ord)
+              FROM ordered AS c)[n.ord]
 ),
 -- include: cancel_others
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
                                   created_at_ms)
-    SELECT a.attempt_id, a.run_id, 1, 'remote_worker', 'claimed', a.at_ms
-      FROM admitted AS a JOIN run_rows AS n ON n.run_id = a.run_id
+    SELECT ($15::uuid[])[n.ord], n.run_id, 1, 'remote_worker', 'claimed', n.at_ms
+      FROM run_rows AS n
 ),
 -- Event ids: one draw of strong randomness per statement, as the claim's tokens, with the
 -- event's place in the batch (2 * row + seq) in the last four bytes: version-4 UUIDs,
@@ -198,13 +201,12 @@ attempt_rows AS (
 event_rows AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
     SELECT pg_catalog.encode(overlay(draw.nonce PLACING
-               pg_catalog.int4send((2 * a.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
-           a.run_id, ev.seq, ev.type, a.at_ms, $1
-      FROM admitted AS a
-      JOIN run_rows AS n ON n.run_id = a.run_id
+               pg_catalog.int4send((2 * n.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
+           n.run_id, ev.seq, ev.type, n.at_ms, $1
+      FROM run_rows AS n
      CROSS JOIN draw
      CROSS JOIN LATERAL (VALUES (1, 'run.created'),
-                                (2, CASE WHEN a.decision = 'hold' THEN 'run.held'
+                                (2, CASE WHEN n.state = 'held' THEN 'run.held'
                                          ELSE 'run.queued' END)) AS ev(seq, type)
 )
 -- A row that was not advanced is read again (by key, without a lock: only these rows), so

@@ -234,8 +234,11 @@ run_rows AS (
       FROM go AS g CROSS JOIN decided AS o CROSS JOIN now
      WHERE o.decision <> 'skip'
         ON CONFLICT (idempotency_key) DO NOTHING
- RETURNING run_id, scheduled_for_ms
+ RETURNING run_id, scheduled_for_ms, state,
+           pg_catalog.array_position($11::uuid[], run_id) AS ord
 ),
+-- A Run's occurrence is found by its place in the chunk (`ord`), not by a join to `occ`:
+-- a nested loop in the generic plan, n * n row pairs (as in the cron admit).
 overlap_new AS (
     SELECT n.run_id, g.project_id, g.trigger_id, now.ms AS at_ms, $2::text AS actor
       FROM run_rows AS n CROSS JOIN go AS g CROSS JOIN now
@@ -245,20 +248,19 @@ overlap_new AS (
 attempt_rows AS (
     INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
                                   created_at_ms)
-    SELECT o.attempt_id, o.run_id, 1, 'remote_worker', 'claimed', now.ms
-      FROM run_rows AS n JOIN occ AS o ON o.run_id = n.run_id CROSS JOIN now
+    SELECT ($12::uuid[])[n.ord], n.run_id, 1, 'remote_worker', 'claimed', now.ms
+      FROM run_rows AS n CROSS JOIN now
 ),
 event_rows AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
     SELECT pg_catalog.encode(overlay(draw.nonce PLACING
-               pg_catalog.int4send((2 * o.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
-           o.run_id, ev.seq, ev.type, now.ms, $2
+               pg_catalog.int4send((2 * n.ord + ev.seq)::integer) FROM 13 FOR 4), 'hex')::uuid,
+           n.run_id, ev.seq, ev.type, now.ms, $2
       FROM run_rows AS n
-      JOIN decided AS o ON o.run_id = n.run_id
      CROSS JOIN draw
      CROSS JOIN now
      CROSS JOIN LATERAL (VALUES (1, 'run.created'),
-                                (2, CASE WHEN o.decision = 'hold' THEN 'run.held'
+                                (2, CASE WHEN n.state = 'held' THEN 'run.held'
                                          ELSE 'run.queued' END)) AS ev(seq, type)
 ),
 counts AS MATERIALIZED (

@@ -1,0 +1,137 @@
+"""An admit's work grows with its rows, never with their square.
+
+The class: a join the cached generic plan runs as a nested loop over two CTEs it expects
+one row from each. The cron admit and the request admit joined their inserted Runs back to
+their input rows that way to find each Run's Attempt id and event order: 128 x 128 row
+pairs per 128-row batch, twice, a quarter of the statement's time, and four times as many
+at the catch-up budget of 256. Each statement here runs as its pool prepares it (a generic
+plan, the pool's settings) under ``EXPLAIN ANALYZE`` in a transaction rolled back; every
+plan node's rows, counted over its loops with the rows its filters removed, stay within
+a few per admitted row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from qlsched.cluster.metrics import Metrics
+from qlsched.cluster.requests import RequestsPass
+from qlsched.core.config import Config
+from qlsched.postgres.admit_rows import admit_args
+from qlsched.postgres.queries import query
+from qlsched.postgres.requests import PostgresRequestStore, record_backfill, request_admit_args
+from qlsched.postgres.store import ADMIT_SETTINGS
+from tests.integration.adapter_support import MINUTE_MS, Env, fire_for, one_project, run_round
+from tests.support.memory_sink import MemorySink
+
+BATCH = 256
+"""The catch-up budget: the largest batch a replica sends."""
+PER_ROW_MAX = 4
+"""Rows one plan node may handle per admitted row (two events per Run is the most a
+linear plan needs); a nested loop over the batch twice handles BATCH per row."""
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _work(node: dict[str, Any]) -> float:
+    """Rows the node handled over all its loops: those it returned and those it filtered
+    out (EXPLAIN reports both per loop)."""
+    per_loop = (
+        node.get("Actual Rows", 0)
+        + node.get("Rows Removed by Join Filter", 0)
+        + node.get("Rows Removed by Filter", 0)
+    )
+    return float(node.get("Actual Loops", 0) * per_loop)
+
+
+async def _analyzed(env: Env, sql: str, args: Sequence[Any]) -> dict[str, Any]:
+    """The plan of ``sql`` with ``args`` as the admit pool runs it (a prepared statement
+    with a generic plan, the pool's settings, SERIALIZABLE, the runtime role), executed and
+    rolled back; ``auto_explain`` sends it to this client as a notice."""
+    conn = await env.connect()  # a superuser loads auto_explain, then becomes the runtime
+    notices: list[str] = []
+    conn.conn.add_log_listener(lambda _c, message: notices.append(message.message))
+    await conn.execute("LOAD 'auto_explain'")
+    for name, value in {
+        **ADMIT_SETTINGS,
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_analyze": "on",
+        "auto_explain.log_format": "json",
+        "auto_explain.log_level": "notice",
+    }.items():
+        await conn.fetchval("SELECT pg_catalog.set_config($1, $2, false)", name, value)
+    await conn.execute("SET ROLE qlsched_runtime")
+    await conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+    notices.clear()
+    await conn.fetch(sql, *args)
+    await conn.execute("ROLLBACK")
+    [text] = [n for n in notices if "Insert on runs" in n or '"Relation Name": "runs"' in n]
+    plan: dict[str, Any] = json.loads(text[text.index("{") :])["Plan"]
+    return plan
+
+
+def _heaviest(plan: dict[str, Any]) -> tuple[float, str]:
+    node = max(_nodes(plan), key=_work)
+    return _work(node), f"{node['Node Type']} {node.get('CTE Name', '')}".strip()
+
+
+def _inserted(plan: dict[str, Any], table: str) -> float:
+    return sum(
+        n.get("Actual Rows", 0)
+        for n in _nodes(plan)
+        if n.get("Operation") == "Insert" and n.get("Relation Name") == table
+    )
+
+
+async def test_a_batch_admits_work_is_linear_in_its_rows(env: Env) -> None:
+    """Rule: one admit of BATCH Fires handles at most PER_ROW_MAX rows per Fire in any plan
+    node (it handled BATCH per Fire with the join back to ``admitted``)."""
+    await env.publish(one_project(BATCH))
+    await env.make_due(age_ms=60_000)
+    claims = await env.store.claim("r1", BATCH, 30_000)
+    assert len(claims) == BATCH
+    fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
+    plan = await _analyzed(env, query("admit"), ["r1", *admit_args(fires)])
+    assert _inserted(plan, "runs") == BATCH  # the whole batch was admitted, not refused
+    work, node = _heaviest(plan)
+    assert work <= PER_ROW_MAX * BATCH, (work, node)
+
+
+async def test_a_backfill_chunks_work_is_linear_in_its_occurrences(env: Env) -> None:
+    """Rule: one request admit of a BATCH-occurrence backfill chunk handles at most
+    PER_ROW_MAX rows per occurrence in any plan node (BATCH with the join back to ``occ``
+    and ``decided``)."""
+    await env.publish(one_project(ids=["t0000"], cron="* * * * *"))
+    await run_round(env.store, "cron", 16, 30_000)  # cron initialises its cursor
+    start = (await env.now_ms() // MINUTE_MS - BATCH - 10) * MINUTE_MS
+
+    async def record(conn: Any) -> object:
+        return await record_backfill(
+            conn,
+            "p",
+            "t0000",
+            from_ms=start,
+            to_ms=start + (BATCH - 1) * MINUTE_MS,
+            max_occurrences=BATCH,
+        )
+
+    await env.admin(record)
+    claim_db, admit_db = await env.open_pools()
+    store = PostgresRequestStore(claim_db, admit_db)
+    [claim] = (await store.claim("r1", 16, 30_000)).claims
+    maker = RequestsPass(
+        store, Config(owner="r1"), MemorySink(), Metrics(), budget=BATCH, poll_s=0.0
+    )
+    chunk = maker.chunk_for(claim)
+    assert chunk is not None
+    assert len(chunk.occurrences) == BATCH
+    plan = await _analyzed(env, query("request_admit"), request_admit_args(chunk))
+    assert _inserted(plan, "runs") == BATCH
+    work, node = _heaviest(plan)
+    assert work <= PER_ROW_MAX * BATCH, (work, node)
