@@ -219,7 +219,7 @@ class Lifecycle:
                 # Only ``stop()`` puts a deadline on the round's scope: the drain is over.
                 self._cut_at_deadline = True
                 return
-            delay = self._delay(stats)
+            delay = self._delay(stats, started)
             with trio.move_on_at(started + delay):
                 await self._stop.wait()
 
@@ -244,8 +244,8 @@ class Lifecycle:
         round_ended, self._round_ended = self._round_ended, trio.Event()
         round_ended.set()
 
-    def _delay(self, stats: RoundStats | None) -> float:
-        """Seconds from the round's start to the next round's start."""
+    def _delay(self, stats: RoundStats | None, started: float) -> float:
+        """Seconds from the round's start (``started``, Trio time) to the next round's."""
         if self._consecutive_failures:
             exponent = min(self._consecutive_failures, _MAX_BACKOFF_EXPONENT)
             return min(self._cadence_s * (1 << exponent), self._max_backoff_s)
@@ -264,7 +264,7 @@ class Lifecycle:
             # The round moved cursors after its claim read the next due time: that read is
             # stale (a moved cursor may be the next due), so read it again soon.
             delay = min(delay, MIN_WAKE_S)
-        if stats is not None and stats.held_due_in_ms is not None:
+        if stats is not None and stats.held_due_at is not None:
             # A Fire held ahead is admitted by the first round after its due time.
-            delay = min(delay, stats.held_due_in_ms / 1000)
+            delay = min(delay, max(0.0, stats.held_due_at - started))
         return delay

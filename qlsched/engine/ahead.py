@@ -32,9 +32,6 @@ __all__ = ["AheadFires", "HeldFire", "due_ms"]
 LOCK_RETRY_S: Final = 0.1
 """A Fire whose admit waited out the lock timeout is sent again this long after (the wait
 itself already lasted the timeout: no longer back-off is needed to avoid a busy loop)."""
-HOLD_SLACK_S: Final = 0.001
-"""A held Fire is sent this long after its due time by Trio's clock (the gap was measured
-from the claim's database time, read before the reply travelled back)."""
 
 
 def due_ms(claim: Claim) -> int | None:
@@ -69,8 +66,14 @@ class AheadFires:
 
     def hold(self, fire: FireRequest, due: int, wait_ms: int, replied: float) -> None:
         """Hold ``fire``, due at ``due`` (database ms), ``wait_ms`` after its claim's
-        database time, until that long after ``replied`` by Trio's clock."""
-        at = replied + wait_ms / 1000 + HOLD_SLACK_S
+        database time, until that long after ``replied`` by Trio's clock.
+
+        No slack is added: the claim read the database clock before its reply left, so when
+        Trio's clock reads ``replied`` the database's already reads at least the claim's
+        time, and ``wait_ms`` later at least ``due``; the admit reads the clock later
+        still, after its own trip to the server. A 1 ms slack made every held Fire 1 ms
+        later, and a clock stepped back is still caught by the admit (sent again)."""
+        at = replied + wait_ms / 1000
         self._held.append(HeldFire(fire, due, at, replied))
 
     def hold_locked(

@@ -38,7 +38,6 @@ replica that later claims the row decides the same occurrence under the same key
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Final, Generic, Protocol, TypeVar, assert_never
 
@@ -208,10 +207,7 @@ class RoundEngine(Generic[M]):
                 await self.requests.run(stop)
         finally:
             duration_ms = (trio.current_time() - started) * 1000
-            next_held = self._ahead.next_due()
-            if next_held is not None:
-                # Rounded up: a round started before the held Fire is due takes nothing.
-                tally.held_due_in_ms = max(0, math.ceil((next_held - started) * 1000))
+            tally.held_due_at = self._ahead.next_due()
             tally.held_ahead = len(self._ahead)
             moved = tally.admitted + tally.overlap_skipped + tally.initialized + tally.skipped
             tally.next_due_stale = moved > 0 and self._reads_next_due

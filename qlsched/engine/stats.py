@@ -48,9 +48,11 @@ class RoundCounts(msgspec.Struct, kw_only=True):
     """Fires decided before their due time (claimed ahead) and held, also in ``fired``."""
     held_ahead: int = 0
     """Fires held ahead when the round ended (``engine.ahead``), all rounds' together."""
-    held_due_in_ms: int | None = None
-    """From the round's start to the first held Fire's due time, by Trio's clock (None:
-    none held): the lifecycle starts the next round then, to admit it."""
+    held_due_at: float | None = None
+    """Trio time the first held Fire is to be sent (None: none held): the lifecycle starts
+    the next round then, to admit it. A time, not a gap from the round's start: the
+    lifecycle's round starts a little before the engine's, and a gap measured from the
+    engine's start, slept from the lifecycle's, woke a round too early to take it."""
     next_due_stale: bool = False
     """The store reads the next due time with its claim, and this round moved cursors after
     that read: a moved cursor may be the next due, so the read is stale."""

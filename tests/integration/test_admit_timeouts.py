@@ -115,8 +115,8 @@ async def test_a_fire_whose_row_was_locked_is_sent_again_under_its_claim(env: En
         store.claim = claim  # type: ignore[method-assign]
         locked = await env.schedule("p", "t0000")
         await holder.execute("ROLLBACK")
-        assert first.held_due_in_ms is not None
-        await trio.sleep(first.held_due_in_ms / 1000)
+        assert first.held_due_at is not None
+        await trio.sleep_until(first.held_due_at)
         second = await coordinator.run_round()
 
     assert (first.claimed, first.admitted, first.retry_exhausted, first.held_ahead) == (2, 1, 1, 1)
