@@ -212,6 +212,13 @@ class Database:
         )
 
 
+STATEMENT_CACHE_BYTES: Final = 32_768
+"""The longest statement a pool's connections keep prepared (asyncpg's
+``max_cacheable_statement_size``; its default is 15,360). A longer one is parsed and planned
+again at every call, silently: the batch admit, with the comments that say why each part is
+as it is, outgrew the default twice."""
+
+
 async def _create_pool(
     dsn: str,
     min_size: int,
@@ -231,6 +238,7 @@ async def _create_pool(
         # until it would have fired, so a 300 s lifetime held every call's timer (and its
         # context) for five minutes: a replica's memory grew with its work.
         max_inactive_connection_lifetime=0,
+        max_cacheable_statement_size=STATEMENT_CACHE_BYTES,
         reset=None if reset_session else _keep_session,
     )
 

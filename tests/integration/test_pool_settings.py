@@ -70,3 +70,31 @@ def test_a_prune_batch_on_a_replica_pool_is_never_jit_compiled(
     if version < PG_DISABLED_NODES:
         assert cost > threshold, (cost, threshold)
     assert "JIT" not in top, top["JIT"]
+
+
+async def test_a_pool_keeps_the_batch_admit_prepared(pg_db: TestDatabase) -> None:
+    """Rule: a pool's connection keeps a statement as long as the batch admit prepared (a
+    named server-side statement, parsed and planned once), though it is longer than
+    asyncpg's default cache limit: sent twice, it is one prepared statement, the same."""
+    import inspect
+
+    from qlsched.postgres.pool import STATEMENT_CACHE_BYTES, Connection, open_database
+
+    default = inspect.signature(asyncpg.connect).parameters["max_cacheable_statement_size"]
+    marker = "-- the pool's statement cache"
+    sql = "SELECT 1 " + marker + "\n" + "-- " + "x" * (default.default + 100) + "\n"
+    assert default.default < len(sql.encode()) < STATEMENT_CACHE_BYTES
+
+    async def twice(conn: Connection) -> list[Any]:
+        for _ in range(2):
+            await conn.fetchval(sql)
+        return list(
+            await conn.fetch(
+                "SELECT name FROM pg_catalog.pg_prepared_statements WHERE statement LIKE $1",
+                "%" + marker + "%",
+            )
+        )
+
+    async with open_database(pg_db.runtime_dsn, max_size=1) as db:
+        prepared = await db.run(twice)
+    assert len(prepared) == 1, prepared

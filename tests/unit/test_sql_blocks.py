@@ -59,12 +59,14 @@ def test_health_and_the_due_refusal_scan_share_one_lasting_refusal_rule() -> Non
     assert "digest_invalid:task" in case_of("refused_triggers")
 
 
-def test_every_statement_fits_asyncpg_s_statement_cache() -> None:
-    """Rule: every named block is short enough for asyncpg to keep it prepared per
-    connection (``max_cacheable_statement_size``, the pools' default). A longer one is
-    parsed and planned again at every call, silently: the admit grew past it once, by the
-    comment lines of a fix, and only the warm-up's test noticed."""
-    limit = inspect.signature(asyncpg.connect).parameters["max_cacheable_statement_size"].default
+def test_every_statement_fits_the_pools_statement_cache() -> None:
+    """Rule: every named block is short enough for the pools' connections to keep it
+    prepared (``STATEMENT_CACHE_BYTES``, their ``max_cacheable_statement_size``). A longer
+    one is parsed and planned again at every call, silently: the admit grew past asyncpg's
+    default (15,360 bytes) twice, by the comment lines of a fix."""
+    from qlsched.postgres.pool import STATEMENT_CACHE_BYTES
+
+    default = inspect.signature(asyncpg.connect).parameters["max_cacheable_statement_size"]
     sizes = {name: len(sql.encode()) for name, sql in queries._all().items()}
-    assert {name: n for name, n in sizes.items() if n >= limit} == {}
-    assert sizes["admit"] > limit // 2  # the blocks are read, with their fragments
+    assert {name: n for name, n in sizes.items() if n >= STATEMENT_CACHE_BYTES} == {}
+    assert sizes["admit"] > default.default // 2  # the blocks are read, with their fragments
