@@ -78,7 +78,8 @@ async def _analyzed(env: Env, sql: str, args: Sequence[Any]) -> dict[str, Any]:
 
 def _heaviest(plan: dict[str, Any]) -> tuple[float, str]:
     node = max(_nodes(plan), key=_work)
-    return _work(node), f"{node['Node Type']} {node.get('CTE Name', '')}".strip()
+    names = ("Node Type", "CTE Name", "Index Name", "Index Cond")
+    return _work(node), " ".join(str(node[k]) for k in names if node.get(k))
 
 
 def _inserted(plan: dict[str, Any], table: str) -> float:
@@ -132,6 +133,38 @@ async def test_a_backfill_chunks_work_is_linear_in_its_occurrences(env: Env) -> 
     assert chunk is not None
     assert len(chunk.occurrences) == BATCH
     plan = await _analyzed(env, query("request_admit"), request_admit_args(chunk))
+    assert _inserted(plan, "runs") == BATCH
+    work, node = _heaviest(plan)
+    assert work <= PER_ROW_MAX * BATCH, (work, node)
+
+
+CANCEL_HISTORY = 20
+"""Admits of each cancel_other trigger before the one measured: its Run history, and the
+Attempts' partial index, both many times the batch."""
+
+
+async def test_a_cancel_other_admits_work_is_linear_in_its_rows_not_the_history(
+    env: Env,
+) -> None:
+    """Rule: with every trigger ``cancel_other`` and CANCEL_HISTORY of its Runs behind it,
+    one admit of BATCH Fires (each cancelling its trigger's queued Run and that Run's
+    Attempt) handles at most PER_ROW_MAX rows per Fire in any plan node, on tables never
+    analysed (a new cluster). The generic plan read each trigger's whole Run history and,
+    per cancelled Run, all of ``attempts_live_idx``."""
+    import msgspec
+
+    spec = one_project(BATCH)
+    triggers = [msgspec.structs.replace(t, overlap="cancel_other") for t in spec.triggers]
+    await env.publish(msgspec.structs.replace(spec, triggers=triggers))
+    for i in range(CANCEL_HISTORY + 1):
+        await env.make_due(age_ms=(CANCEL_HISTORY + 3 - i) * 60_000)
+        claims = await env.store.claim("r1", BATCH, 30_000)
+        await env.store.admit([fire_for(c, now_ms=c.cursor_ms) for c in claims])
+    await env.make_due(age_ms=60_000)
+    claims = await env.store.claim("r1", BATCH, 30_000)
+    assert len(claims) == BATCH
+    fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
+    plan = await _analyzed(env, query("admit"), ["r1", *admit_args(fires)])
     assert _inserted(plan, "runs") == BATCH
     work, node = _heaviest(plan)
     assert work <= PER_ROW_MAX * BATCH, (work, node)

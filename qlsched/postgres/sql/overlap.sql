@@ -9,13 +9,21 @@
 -- in this statement's snapshot, so they are never among them. Each `EXISTS` is a one-time
 -- gate: with no `cancel_other` Run, nothing is read (a generic plan built on near-empty
 -- statistics walked all of `attempts` in every admit; docs/performance.md, the storm).
+-- Both reads are written so that no plan can widen them, whatever the statistics (none on
+-- a new cluster, or taken while the tables were nearly empty): the unfinished Runs by a
+-- row range over `runs_unfinished_idx`'s three columns (equalities on project and trigger
+-- let a plan read the trigger's whole history through `runs_trigger_idx`), and each
+-- cancelled Run's Attempt by its Run alone, the state checked above an `OFFSET 0` fence
+-- (with `state = 'claimed'` beside it, a plan ANDed the Run's key with all of
+-- `attempts_live_idx`, read once per cancelled Run) and the row then reached by tuple id.
 others AS (
     UPDATE qlsched.runs AS o
        SET state = CASE WHEN o.state = 'running' THEN 'running' ELSE 'cancelled' END,
            cancel_requested = true, cancel_reason = 'overlap',
            finished_at_ms = CASE WHEN o.state = 'running' THEN NULL ELSE w.at_ms END
       FROM overlap_new AS w
-     WHERE o.project_id = w.project_id AND o.trigger_id = w.trigger_id
+     WHERE (o.project_id, o.trigger_id, o.state) >= (w.project_id, w.trigger_id, 'held')
+       AND (o.project_id, o.trigger_id, o.state) <= (w.project_id, w.trigger_id, 'running')
        AND o.state IN ('held', 'queued', 'running') AND NOT o.cancel_requested
        AND EXISTS (SELECT FROM overlap_new)
  RETURNING o.run_id, o.state, w.at_ms, w.actor
@@ -24,8 +32,12 @@ others_attempts AS (
     UPDATE qlsched.attempts AS x
        SET state = 'cancelled', result = 'overlap', finished_at_ms = o.at_ms
       FROM others AS o
-     WHERE x.run_id = o.run_id AND o.state = 'cancelled' AND x.state = 'claimed'
-       AND x.worker_id IS NULL AND EXISTS (SELECT FROM others)
+     CROSS JOIN LATERAL (
+            SELECT q.tid FROM (SELECT y.ctid AS tid, y.state, y.worker_id
+                                 FROM qlsched.attempts AS y
+                                WHERE y.run_id = o.run_id OFFSET 0) AS q
+             WHERE q.state = 'claimed' AND q.worker_id IS NULL) AS p
+     WHERE x.ctid = p.tid AND o.state = 'cancelled' AND EXISTS (SELECT FROM others)
 ),
 others_events AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
