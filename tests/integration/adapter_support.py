@@ -69,6 +69,7 @@ def trigger(
     dst_gap: str = "shift",
     dst_fold: str = "first",
     jitter_ms: int = 0,
+    overlap: str = "allow",
 ) -> TriggerEntry:
     return TriggerEntry(
         project=project,
@@ -82,6 +83,7 @@ def trigger(
         dst_gap=dst_gap,  # type: ignore[arg-type]
         dst_fold=dst_fold,  # type: ignore[arg-type]
         jitter_ms=jitter_ms,
+        overlap=overlap,  # type: ignore[arg-type]
     )
 
 
@@ -97,14 +99,15 @@ def one_project(
     cron: str = EVERY_MINUTE,
     ids: Sequence[str] | None = None,
     archived: bool = False,
+    overlap: str = "allow",
 ) -> PublishFile:
     """One project, one task ``task`` running ``command``, triggers ``ids`` (or ``n`` of
-    them named ``t0000``...) on ``cron``."""
+    them named ``t0000``...) on ``cron`` under ``overlap``."""
     names = list(ids) if ids is not None else trigger_ids(n)
     return PublishFile(
         projects=[ProjectEntry(id=project, archived=archived)],
         tasks=[TaskEntry(project=project, id="task", command=command)],
-        triggers=[trigger(project, name, cron=cron) for name in names],
+        triggers=[trigger(project, name, cron=cron, overlap=overlap) for name in names],
     )
 
 
@@ -129,6 +132,15 @@ def fire_for(claim: Claim, now_ms: int | None = None) -> FireRequest:
     decision = decision_for(claim, now_ms)
     assert isinstance(decision, Fire), decision
     return fire_request(claim, decision)
+
+
+async def admit_due_at_cursors(env: Env, n: int, *, age_ms: int) -> list[Outcome]:
+    """Make every row due ``age_ms`` ago, claim all ``n`` and admit them in one batch,
+    each decided as at its cursor (on time: minutes-old cursors would be misfires now)."""
+    await env.make_due(age_ms=age_ms)
+    claims = await env.store.claim("r1", n, 30_000)
+    assert len(claims) == n
+    return await env.store.admit([fire_for(c, now_ms=c.cursor_ms) for c in claims])
 
 
 def with_fence(claim: Claim, **changes: Any) -> Claim:

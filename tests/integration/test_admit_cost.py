@@ -23,7 +23,14 @@ from qlsched.postgres.admit_rows import admit_args
 from qlsched.postgres.queries import query
 from qlsched.postgres.requests import PostgresRequestStore, record_backfill, request_admit_args
 from qlsched.postgres.store import ADMIT_SETTINGS
-from tests.integration.adapter_support import MINUTE_MS, Env, fire_for, one_project, run_round
+from tests.integration.adapter_support import (
+    MINUTE_MS,
+    Env,
+    admit_due_at_cursors,
+    fire_for,
+    one_project,
+    run_round,
+)
 from tests.support.memory_sink import MemorySink
 
 BATCH = 256
@@ -151,15 +158,9 @@ async def test_a_cancel_other_admits_work_is_linear_in_its_rows_not_the_history(
     Attempt) handles at most PER_ROW_MAX rows per Fire in any plan node, on tables never
     analysed (a new cluster). The generic plan read each trigger's whole Run history and,
     per cancelled Run, all of ``attempts_live_idx``."""
-    import msgspec
-
-    spec = one_project(BATCH)
-    triggers = [msgspec.structs.replace(t, overlap="cancel_other") for t in spec.triggers]
-    await env.publish(msgspec.structs.replace(spec, triggers=triggers))
+    await env.publish(one_project(BATCH, overlap="cancel_other"))
     for i in range(CANCEL_HISTORY + 1):
-        await env.make_due(age_ms=(CANCEL_HISTORY + 3 - i) * 60_000)
-        claims = await env.store.claim("r1", BATCH, 30_000)
-        await env.store.admit([fire_for(c, now_ms=c.cursor_ms) for c in claims])
+        await admit_due_at_cursors(env, BATCH, age_ms=(CANCEL_HISTORY + 3 - i) * 60_000)
     await env.make_due(age_ms=60_000)
     claims = await env.store.claim("r1", BATCH, 30_000)
     assert len(claims) == BATCH

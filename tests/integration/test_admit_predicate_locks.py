@@ -13,11 +13,10 @@ large, and every 2-replica burst of the bench showed admits holding a lock on th
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 
 from qlsched.core.outcomes import Admitted
-from tests.integration.adapter_support import Env, fire_for, one_project
+from tests.integration.adapter_support import Env, admit_due_at_cursors, one_project
 
 BATCH = 256
 HISTORY_ROUNDS = 48
@@ -28,13 +27,7 @@ RUNS_PKEY_PAGES_MAX = 4
 
 
 async def _admit_round(env: Env, age_ms: int) -> None:
-    await env.make_due(age_ms=age_ms)
-    claims = await env.store.claim("r1", BATCH, 30_000)
-    assert len(claims) == BATCH
-    # Decided as at each cursor: on time, so every row fires (the minutes-old cursors
-    # would be misfires now).
-    fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
-    outcomes = await env.store.admit(fires)
+    outcomes = await admit_due_at_cursors(env, BATCH, age_ms=age_ms)
     assert all(isinstance(o, Admitted) for o in outcomes), outcomes[:3]
 
 
@@ -95,9 +88,7 @@ async def test_a_cancel_other_admit_never_reads_a_whole_table(env: Env, statisti
     near-empty statistics the Attempts' update once read all of ``attempts`` and its key
     index; rewritten so that it cannot widen, the unfinished Runs' read then went through
     ``runs_trigger_idx`` to every trigger's whole history (relation locks on ``runs``)."""
-    spec = one_project(BATCH)
-    triggers = [msgspec.structs.replace(t, overlap="cancel_other") for t in spec.triggers]
-    await env.publish(msgspec.structs.replace(spec, triggers=triggers))
+    await env.publish(one_project(BATCH, overlap="cancel_other"))
     if statistics == "near-empty":
         for table in ("runs", "attempts", "run_events"):
             await env.su_exec(f"ANALYZE qlsched.{table}")

@@ -181,7 +181,9 @@ run_rows AS (
            pg_catalog.array_position($14::uuid[], run_id) AS ord
 ),
 -- Below, a Run's request row is found by its place (`ord`), not by a join to `admitted`:
--- a nested loop in the generic plan, n * n row pairs (65,536 for 256 Runs).
+-- a nested loop in the generic plan, n * n row pairs (65,536 for 256 Runs). The places run
+-- 1..n (WITH ORDINALITY) and `ordered` holds every row, so element k of an array of its
+-- rows in place order is row k's.
 overlap_new AS (
     SELECT n.run_id, n.project_id, n.trigger_id, n.at_ms, $1::text AS actor
       FROM run_rows AS n
