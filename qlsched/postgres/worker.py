@@ -87,12 +87,17 @@ async def claim(
     tasks: list[str] | None = None,
 ) -> list[ClaimedRun]:
     """Claim up to ``limit`` Runs for this worker (one statement, committed at once), of
-    the tasks named ``project/task`` in ``tasks`` (None: any)."""
+    the tasks named ``project/task`` in ``tasks`` (None: any; empty: none, and no
+    statement). A worker of named tasks reads only their Runs (``worker_claim_tasks``)."""
+    if tasks is not None and not tasks:
+        return []
+    args = (worker_id, session_id, limit, lease_ms)
 
     async def fn(conn: Connection) -> list[ClaimedRun]:
-        rows = await conn.fetch(
-            query("worker_claim"), worker_id, session_id, limit, lease_ms, tasks
-        )
+        if tasks is None:
+            rows = await conn.fetch(query("worker_claim"), *args)
+        else:
+            rows = await conn.fetch(query("worker_claim_tasks"), *args, tasks)
         return [_claimed(r) for r in rows]
 
     return await _resend(db, fn)

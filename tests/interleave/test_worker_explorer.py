@@ -5,7 +5,8 @@ Worker A's program is ``claim``, ``heartbeat``, ``finish`` (succeeded), each one
 of the product (``qlsched.postgres.worker``). The actors:
 
 * ``expiry``: the lease expires (superuser moves it into the database's past), worker B
-  reaps it (lost, then the retry policy: max_attempts 2) and claims the retry;
+  reaps it (lost, then the retry policy: max_attempts 2) and claims the retry (B takes
+  only the task ``w/t``: its claim is the task-filtered statement, A's the any-task one);
 * ``cancel``: the admin's cancel in an open transaction (the Run locked), then its commit;
 * ``expiry_cancel``: the lease expires, the admin cancels (one transaction), B reaps.
 
@@ -79,9 +80,10 @@ FILE = PublishFile(
 class WorkerSession:
     """A worker over one pooled connection (its backend is known), one Attempt's state."""
 
-    def __init__(self, name: str, db: Database) -> None:
+    def __init__(self, name: str, db: Database, tasks: list[str] | None = None) -> None:
         self.name = name
         self.db = db
+        self.tasks = tasks
         self.pid = 0
         self.claimed: list[ClaimedRun] = []
         self.outcomes: list[Any] = []
@@ -97,7 +99,12 @@ class WorkerSession:
 
     async def claim(self) -> None:
         self.claimed = await worker.claim(
-            self.db, worker_id=self.name, session_id=self.name, limit=1, lease_ms=LEASE_MS
+            self.db,
+            worker_id=self.name,
+            session_id=self.name,
+            limit=1,
+            lease_ms=LEASE_MS,
+            tasks=self.tasks,
         )
 
     async def heartbeat(self) -> None:
@@ -148,9 +155,11 @@ async def _world(db: TestDatabase) -> AsyncIterator[World]:
         yield World(loop, stack, db.superuser_dsn, db.admin_dsn, db.runtime_dsn)
 
 
-async def _worker(world: World, dsn: str, name: str) -> WorkerSession:
+async def _worker(
+    world: World, dsn: str, name: str, tasks: list[str] | None = None
+) -> WorkerSession:
     db = await world.stack.enter_async_context(open_database(dsn, max_size=1))
-    return WorkerSession(name, db)
+    return WorkerSession(name, db, tasks)
 
 
 async def _drive(su: Raw, d: WorkerSession, run_id: str) -> None:
@@ -246,7 +255,7 @@ async def test_every_ordering_of_an_attempt(pg_db: TestDatabase, actor: str) -> 
         admin = await world.connect(pg_db.admin_dsn)
         await admin.call(publish, admin.conn, FILE)
         a = await _worker(world, pg_db.worker_dsn, "worker-a")
-        b = await _worker(world, pg_db.worker_dsn, "worker-b")
+        b = await _worker(world, pg_db.worker_dsn, "worker-b", ["w/t"])
         d = await _worker(world, pg_db.worker_dsn, "worker-d")
         engine = Engine(watch.conn, world.loop, gate_pid=-1)
         for order in orderings(sizes):

@@ -4,10 +4,11 @@
 -- a race for a number gets 23505 (nothing committed) and may send again.
 
 -- name: worker_claim
--- Take up to $3 claimable Runs (queued, back-off over, not asked to cancel, latest Attempt
--- pristine; of the tasks 'project/task' in $5 unless NULL), oldest first, SKIP LOCKED: each Attempt becomes `running` for worker $1
--- (session $2) under a fresh lease token expiring $4 ms from the database clock; the Run
--- becomes `running` with a `run.running` event. Returns each with the payload to execute.
+-- Take up to $3 claimable Runs of any task (queued, back-off over, not asked to cancel,
+-- latest Attempt pristine), oldest first through runs_claimable_idx, SKIP LOCKED: each
+-- Attempt becomes `running` for worker $1 (session $2) under a fresh lease token expiring
+-- $4 ms from the database clock, and the Run becomes `running` with a `run.running` event.
+-- Returns each with the payload to execute.
 WITH clock AS MATERIALIZED (
     SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
 ),
@@ -16,18 +17,65 @@ picked AS (
       FROM qlsched.runs AS r
      WHERE r.state = 'queued'
        AND COALESCE(r.retry_at_ms, r.queued_at_ms) <= (SELECT c.now_ms FROM clock AS c)
-       AND NOT r.cancel_requested
-       AND ($5::text[] IS NULL OR r.project_id || '/' || r.task_id = ANY ($5::text[]))
-       AND EXISTS (SELECT 1 FROM qlsched.attempts AS a
-                    WHERE a.run_id = r.run_id AND a.state = 'claimed'
-                      AND a.worker_id IS NULL AND a.lease_id IS NULL
-                      AND NOT EXISTS (SELECT 1 FROM qlsched.attempts AS n
-                                       WHERE n.run_id = a.run_id
-                                         AND n.attempt_no > a.attempt_no))
+       -- include: worker_claimable
      ORDER BY COALESCE(r.retry_at_ms, r.queued_at_ms), r.run_id
      LIMIT $3
        FOR UPDATE OF r SKIP LOCKED
 ),
+-- include: worker_take
+;
+
+-- name: worker_claim_tasks
+-- worker_claim for a worker that takes only the tasks 'project/task' in $5 (an embedded
+-- worker's handlers). Each task's claimable Runs are a range of runs_task_claimable_idx,
+-- read oldest first under SKIP LOCKED, at most $3 of each, and the oldest $3 of all those are
+-- taken. The few a statement locked and did not take (more than one task, each with Runs)
+-- are free again at its commit, milliseconds later. Rejected: one walk of
+-- runs_claimable_idx filtered by task, which read every older queued Run of the other
+-- tasks: a backlog nobody works made each claim read all of it.
+WITH clock AS MATERIALIZED (
+    SELECT (EXTRACT(EPOCH FROM pg_catalog.clock_timestamp()) * 1000)::bigint AS now_ms
+),
+wanted AS (
+    SELECT DISTINCT pg_catalog.split_part(k.key, '/', 1) AS project_id,
+           pg_catalog.split_part(k.key, '/', 2) AS task_id
+      FROM pg_catalog.unnest($5::text[]) AS k(key)
+),
+picked AS (
+    SELECT c.run_id
+      FROM wanted AS w
+     CROSS JOIN LATERAL (
+        SELECT r.run_id, COALESCE(r.retry_at_ms, r.queued_at_ms) AS at_ms
+          FROM qlsched.runs AS r
+         WHERE r.project_id = w.project_id AND r.task_id = w.task_id
+           AND r.state = 'queued'
+           AND COALESCE(r.retry_at_ms, r.queued_at_ms) <= (SELECT c.now_ms FROM clock AS c)
+           -- include: worker_claimable
+         ORDER BY COALESCE(r.retry_at_ms, r.queued_at_ms), r.run_id
+         LIMIT $3
+           FOR UPDATE OF r SKIP LOCKED
+     ) AS c
+     ORDER BY c.at_ms, c.run_id
+     LIMIT $3
+),
+-- include: worker_take
+;
+
+-- fragment: worker_claimable
+-- A queued Run a worker may take, beside its state and back-off: not asked to cancel, and
+-- its latest Attempt pristine (the take re-checks the Attempt under its row lock).
+AND NOT r.cancel_requested
+AND EXISTS (SELECT 1 FROM qlsched.attempts AS a
+             WHERE a.run_id = r.run_id AND a.state = 'claimed'
+               AND a.worker_id IS NULL AND a.lease_id IS NULL
+               AND NOT EXISTS (SELECT 1 FROM qlsched.attempts AS n
+                                WHERE n.run_id = a.run_id
+                                  AND n.attempt_no > a.attempt_no))
+
+-- fragment: worker_take
+-- Given `clock` and `picked` (the Runs locked for this worker), the claim itself: each
+-- pristine Attempt becomes `running` under a fresh lease, its Run `running` with a
+-- `run.running` event; the rows returned carry the payload.
 taken AS (
     UPDATE qlsched.attempts AS a
        SET state = 'running', worker_id = $1, session_id = $2,
@@ -64,7 +112,7 @@ SELECT t.attempt_id::text, t.run_id::text, t.attempt_no, t.lease_id AS lease_tok
   FROM taken AS t
   JOIN started AS s ON s.run_id = t.run_id
   JOIN qlsched.worker_payloads AS w ON w.run_id = t.run_id
- ORDER BY t.started_at_ms, t.run_id;
+ ORDER BY t.started_at_ms, t.run_id
 
 -- name: worker_heartbeat
 -- Extend the lease of Attempt $1 held under token $2 to $3 ms from the database clock, only

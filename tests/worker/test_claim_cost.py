@@ -1,0 +1,180 @@
+"""A worker's claim reads the Runs it may take, never a backlog it filters out.
+
+The class: cost that grows with a backlog. A worker that takes only some tasks (an
+embedded worker's handlers) walked ``runs_claimable_idx`` from the oldest queued Run and
+dropped every Run of the other tasks, so a backlog of a task nobody works made each of its
+claims read all of it. Each claim here runs as the worker's pool runs it (the worker role,
+the server's plan settings) under ``EXPLAIN ANALYZE`` in a transaction rolled back, beside
+a backlog of another task's older queued Runs; every plan node's rows, counted over its
+loops with the rows its filters removed, stay within a few per claimed Run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from qlsched.postgres import worker
+from qlsched.postgres.queries import query
+from tests.integration.adapter_support import Env, open_env, trigger
+from tests.support.pg import TestDatabase
+from tests.worker.support import run_row, worker_db
+
+BACKLOG = 5_000
+"""Older queued Runs of a task the claiming worker does not take."""
+LIMIT = 4
+PER_CLAIMED_MAX = 8
+"""Rows one plan node may handle per Run a claim may take (a Run, its Attempts, its
+events); the filtered walk handled the whole backlog."""
+
+_QUEUE = """
+WITH t AS (
+    SELECT tr.project_id, tr.trigger_id, tr.revision, tr.task_id, tr.task_revision,
+           tr.execution_revision_id
+      FROM qlsched.triggers AS tr WHERE tr.task_id = $3
+), now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms),
+runs AS (
+    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
+        task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,
+        owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,
+        admitted_claim_version)
+    SELECT gen_random_uuid(), t.project_id, t.trigger_id, t.revision, t.task_id,
+           t.task_revision, t.execution_revision_id, now.ms - $2 - i,
+           'test:queued:' || $3 || ':' || i, 'queued', 'runtime', now.ms - $2 - i,
+           now.ms - $2 - i, 'test', gen_random_uuid(), 1
+      FROM t, now, generate_series(1, $1::int) AS i
+    RETURNING run_id, created_at_ms
+), attempts AS (
+    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
+                                  created_at_ms)
+    SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker', 'claimed', r.created_at_ms
+      FROM runs AS r
+)
+INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
+SELECT gen_random_uuid(), r.run_id, s, (ARRAY['run.created', 'run.queued'])[s],
+       r.created_at_ms, 'test'
+  FROM runs AS r, generate_series(1, 2) AS s
+"""
+"""$1 queued Runs of task $3 with pristine Attempts, queued $2 ms and more ago."""
+
+
+@pytest.fixture
+async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
+    async with open_env(pg_db) as opened:
+        tasks = [TaskEntry(project="p", id=t, command="true") for t in ("a", "b", "c")]
+        await opened.publish(
+            PublishFile(
+                projects=[ProjectEntry(id="p")],
+                tasks=tasks,
+                triggers=[trigger("p", f"t{t.id}", task=t.id) for t in tasks],
+            )
+        )
+        yield opened
+
+
+async def _queue(env: Env, task: str, n: int, age_ms: int) -> None:
+    await env.su_exec(_QUEUE, n, age_ms, task)
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _work(node: dict[str, Any]) -> float:
+    per_loop = (
+        node.get("Actual Rows", 0)
+        + node.get("Rows Removed by Join Filter", 0)
+        + node.get("Rows Removed by Filter", 0)
+    )
+    return float(node.get("Actual Loops", 0) * per_loop)
+
+
+async def _analyzed(env: Env, name: str, args: Sequence[Any]) -> tuple[dict[str, Any], int]:
+    """The plan of statement ``name`` as the worker's pool runs it (the worker role, the
+    server's plan settings), executed and rolled back, and the Runs it took."""
+    conn = await env.connect()  # a superuser loads auto_explain, then becomes the worker
+    notices: list[str] = []
+    conn.conn.add_log_listener(lambda _c, message: notices.append(message.message))
+    await conn.execute("LOAD 'auto_explain'")
+    for setting, value in {
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_analyze": "on",
+        "auto_explain.log_format": "json",
+        "auto_explain.log_level": "notice",
+    }.items():
+        await conn.fetchval("SELECT pg_catalog.set_config($1, $2, false)", setting, value)
+    await conn.execute("ANALYZE qlsched.runs, qlsched.attempts, qlsched.run_events")
+    await conn.execute("SET ROLE qlsched_worker")
+    await conn.execute("BEGIN")
+    notices.clear()
+    rows = await conn.fetch(query(name), *args)
+    await conn.execute("ROLLBACK")
+    [text] = [n for n in notices if "worker_payloads" in n]
+    plan: dict[str, Any] = json.loads(text[text.index("{") :])["Plan"]
+    return plan, len(rows)
+
+
+def _heaviest(plan: dict[str, Any]) -> tuple[float, str]:
+    node = max(_nodes(plan), key=_work)
+    names = ("Node Type", "CTE Name", "Index Name", "Relation Name")
+    return _work(node), " ".join(str(node[k]) for k in names if node.get(k))
+
+
+@pytest.mark.parametrize(
+    ("statement", "tasks"),
+    [
+        pytest.param("worker_claim", None, id="any-task"),
+        pytest.param("worker_claim_tasks", ["p/b"], id="one-task"),
+        pytest.param("worker_claim_tasks", ["p/b", "p/c"], id="two-tasks"),
+    ],
+)
+async def test_a_claim_never_reads_a_backlog_it_does_not_take(
+    env: Env, statement: str, tasks: list[str] | None
+) -> None:
+    """Rule: beside BACKLOG older queued Runs of task a, a claim of LIMIT Runs handles at
+    most PER_CLAIMED_MAX rows per Run in any plan node, whichever tasks it takes (a worker
+    of task b walked all of task a's backlog)."""
+    await _queue(env, "a", BACKLOG, 600_000)
+    await _queue(env, "b", LIMIT, 1_000)
+    await _queue(env, "c", LIMIT, 2_000)
+    args = ["w1", "s1", LIMIT, 30_000] + ([] if tasks is None else [tasks])
+    plan, taken = await _analyzed(env, statement, args)
+    assert taken == LIMIT
+    work, node = _heaviest(plan)
+    assert work <= PER_CLAIMED_MAX * LIMIT, (work, node)
+
+
+async def test_a_worker_of_named_tasks_takes_theirs_oldest_first(env: Env) -> None:
+    """Rule: a claim for named tasks takes only their claimable Runs, the oldest of all of
+    them first and at most its limit; a task named twice or malformed changes nothing, and
+    no task at all claims nothing."""
+    await _queue(env, "a", 3, 9_000)
+    await _queue(env, "b", 3, 5_000)  # queued about 5 s ago
+    await _queue(env, "c", 3, 6_000)  # about 6 s ago: older than b's
+    async with worker_db(env) as db:
+
+        async def take(tasks: list[str], limit: int) -> list[tuple[str, int]]:
+            claimed = await worker.claim(
+                db, worker_id="w1", session_id="s1", limit=limit, lease_ms=30_000, tasks=tasks
+            )
+            out = []
+            for c in claimed:
+                row = await run_row(env, c.run_id)
+                out.append((c.task_id, int(row["queued_at_ms"])))
+            return sorted(out, key=lambda x: x[1])
+
+        assert await take([], 8) == []
+        first = await take(["p/c", "p/b", "p/b", "nonsense", "p/"], 4)
+        assert [t for t, _ in first] == ["c", "c", "c", "b"]
+        rest = await take(["p/b", "p/c"], 8)
+        assert [t for t, _ in rest] == ["b", "b"]
+        assert first[-1][1] <= rest[0][1]  # the oldest of b's went first
+        assert await take(["p/b", "p/c"], 8) == []
+    queued = await env.su_val("SELECT count(*) FROM qlsched.runs WHERE state = 'queued'")
+    assert queued == 3  # task a's, which no claim named
