@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from functools import partial
@@ -26,6 +27,8 @@ from qlsched.allocator import hold_mmap_threshold
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import ConfigError
+from qlsched.core.specs import ID_PATTERN, ID_RULE
+from qlsched.core.tomlfile import printable
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import WORKER, read_login, require
 from qlsched.postgres.pool import Connection, connect_once
@@ -35,6 +38,7 @@ from qlsched.worker import WorkerConfig, WorkerMetrics, serve_worker
 from qlsched.worker.http import serve_worker_http
 
 DSN_ENV = "QLSCHED_WORKER_DSN"
+ID = re.compile(ID_PATTERN)
 READINESS_LEASE_MS = 30_000
 """The scheduler's default lease, which readiness compares the runtime's timeouts against
 (the worker's own lease is not the runtime's)."""
@@ -46,6 +50,17 @@ def _bounded(name: str, value: int | None, default: int, low: int, high: int) ->
     if not low <= value <= high:
         raise ConfigError(f"--{name.replace('_', '-')}: {value} is not within {low}..{high}")
     return value
+
+
+def _tasks(values: list[str] | None) -> tuple[str, ...] | None:
+    """``--task PROJECT/TASK`` (repeatable), each part an id, checked before any connection."""
+    if not values:
+        return None
+    for value in values:
+        project, slash, task = value.partition("/")
+        if not slash or not ID.match(project) or not ID.match(task):
+            raise ConfigError(f"--task {printable(value)}: expected PROJECT/TASK, each {ID_RULE}")
+    return tuple(dict.fromkeys(values))
 
 
 def config_of(args: argparse.Namespace, dsn: str) -> WorkerConfig:
@@ -61,6 +76,7 @@ def config_of(args: argparse.Namespace, dsn: str) -> WorkerConfig:
         lease_ms=lease,
         stop_timeout_ms=stop,
         poll_ms=_bounded("poll_ms", args.poll_ms, 500, 10, 60_000),
+        tasks=_tasks(args.task),
     )
 
 
@@ -141,6 +157,12 @@ def add_arguments(work: argparse.ArgumentParser) -> None:
     ):
         work.add_argument(flag, type=int, metavar="N", help=text)
     work.add_argument("--worker-id", help="the name recorded on Attempts (default: random)")
+    work.add_argument(
+        "--task",
+        action="append",
+        metavar="PROJECT/TASK",
+        help="take only this task's Runs (repeatable; default: every task)",
+    )
     work.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and /healthz here")
     work.add_argument("--pg-bindir", help="PostgreSQL server binaries for the local database")
     work.add_argument("--data-dir", help="data directory of the local database")

@@ -73,6 +73,9 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Between SIGTERM and SIGKILL when a job is cancelled, timed out or stopped."""
     run_commands: bool = True
     """Run a task's command when no handler is registered for it (``qlsched work``)."""
+    tasks: tuple[str, ...] | None = None
+    """Take only these tasks' Runs (``project/task``; ``qlsched work --task``); None: every
+    task this worker can run (all when it runs commands, else its handlers')."""
 
 
 class _Worker:
@@ -95,8 +98,14 @@ class _Worker:
         self.slot_freed = trio.Event()
 
     def tasks(self) -> list[str] | None:
-        """The tasks this worker takes: all when it runs commands, else its handlers'."""
-        return None if self.config.run_commands else sorted(self.handlers)
+        """The tasks this worker takes (None: all): those it can run (all when it runs
+        commands, else its handlers'), narrowed to ``config.tasks`` when set."""
+        can = None if self.config.run_commands else set(self.handlers)
+        wanted = None if self.config.tasks is None else set(self.config.tasks)
+        if can is None or wanted is None:
+            chosen = can if wanted is None else wanted
+            return None if chosen is None else sorted(chosen)
+        return sorted(can & wanted)
 
     async def poll_once(self, nursery: trio.Nursery) -> int:
         """Reap expired leases, then claim what the free slots allow; returns claims."""

@@ -24,7 +24,9 @@ replays it) picks, again and again, one of:
 * the worker: a ``qlsched work`` process runs every Run (project ``ovl`` has a 1.5 s job
   on every-second triggers under overlap ``skip``, ``buffer_one`` and ``cancel_other``,
   the last with a start deadline); it is SIGKILLed (restarted after a moment) or
-  SIGSTOPped past its lease, and ``ovl`` gets trigger-now and backfill requests.
+  SIGSTOPped past its lease, and ``ovl`` gets trigger-now and backfill requests. A second
+  worker, ``work --task`` for the ``churn`` and ``ovl`` tasks, races it for those Runs
+  with the task-filtered claim.
 
 Retention is on at its shortest (60 s): the replicas delete finished Runs past the horizon
 while all of the above goes on. The oracle reads every Run any snapshot has seen (a pruned
@@ -225,6 +227,10 @@ class Soak:
         ]
         self.worker = WorkerProcess(
             "soak-w", db.dsn("qlsched_worker"), workdir, lease_ms=3_000, concurrency=8
+        )
+        tasks = ["--task", f"{CHURN}/{CHURN_TASK}", "--task", f"{OVL}/slow"]
+        self.task_worker = WorkerProcess(
+            "soak-t", db.dsn("qlsched_worker"), workdir, lease_ms=3_000, extra=tasks
         )
         self.seen_runs: dict[RunRow, None] = {}
         """Every Run any snapshot held, in order: retention deletes Runs the oracle must
@@ -484,11 +490,12 @@ class Soak:
         left = await self._retry(self.db.superuser_dsn, fn)
         return [f"{left} finished Runs past the horizon left undeleted"] if left else []
 
-    async def start_worker(self) -> None:
-        """Start the worker (again); a start refused while the server restarts is retried."""
+    async def start_worker(self, worker: WorkerProcess | None = None) -> None:
+        """Start the worker (again; ``worker``: another); a start refused while the server
+        restarts is retried."""
         for attempt in range(20):
             try:
-                await self.worker.start()
+                await (worker or self.worker).start()
                 return
             except RuntimeError:
                 if attempt == 19:
@@ -588,6 +595,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
                 for r in soak.replicas:
                     nursery.start_soon(soak.start, r)
                 nursery.start_soon(soak.start_worker)
+                nursery.start_soon(soak.start_worker, soak.task_worker)
             deadline = trio.current_time() + SOAK_SECONDS
             step = 0
             while trio.current_time() < deadline:
@@ -606,6 +614,7 @@ async def test_soak(server: EmbeddedPostgres, tmp_path: Path, rng: random.Random
                 for r in soak.replicas:
                     await r.stop()
                 await soak.worker.stop()
+                await soak.task_worker.stop()
         soak.last = "the end, replicas stopped"
         await soak.check_now(starts, step + 1)
         await soak.check_accounts(step + 1)

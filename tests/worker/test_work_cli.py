@@ -14,6 +14,8 @@ from tests.support.pg import TestDatabase
         (["--concurrency", "0"], "--concurrency: 0 is not within 1..256"),
         (["--lease-ms", "5000", "--stop-timeout-ms", "5000"], "must be below --lease-ms"),
         (["--http", "nowhere"], "expected HOST:PORT"),
+        (["--task", "nope"], "--task nope: expected PROJECT/TASK"),
+        (["--task", "p/b", "--task", "p/B"], "--task p/B: expected PROJECT/TASK"),
     ],
 )
 def test_bad_flags_exit_2(pg_db: TestDatabase, flags: list[str], message: str) -> None:

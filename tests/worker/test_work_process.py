@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from qlsched.core.specs import TaskEntry
-from tests.integration.adapter_support import Env, open_env
+from qlsched.core.outcomes import Admitted
+from qlsched.core.specs import ProjectEntry, PublishFile, TaskEntry
+from tests.integration.adapter_support import LEASE_MS, Env, fire_for, open_env, trigger
 from tests.integration.schema_support import run_cli
 from tests.support.exposition import profile_problems
 from tests.support.pg import TestDatabase
@@ -103,6 +104,35 @@ async def test_work_runs_each_job_once_with_its_identity(env: Env, tmp_path: Pat
             "run.running",
             "run.succeeded",
         ]
+
+
+async def test_a_worker_of_one_task_leaves_the_others_queued(env: Env, tmp_path: Path) -> None:
+    """Rule: `work --task p/b` runs b's Runs and leaves every other task's queued, older or
+    not (its claim is the task-filtered statement)."""
+    tasks = [TaskEntry(project="p", id=t, command="true") for t in ("a", "b")]
+    ids = {"a": ["a1", "a2"], "b": ["b1", "b2"]}
+    await env.publish(
+        PublishFile(
+            projects=[ProjectEntry(id="p")],
+            tasks=tasks,
+            triggers=[trigger("p", i, task=t) for t, names in ids.items() for i in names],
+        )
+    )
+    await env.make_due()
+    claims = await env.store.claim("r1", 4, LEASE_MS)
+    outcomes = await env.store.admit([fire_for(c) for c in claims])
+    runs = {o.trigger_id: str(o.run_id) for o in outcomes if isinstance(o, Admitted)}
+    assert sorted(runs) == ["a1", "a2", "b1", "b2"]
+    w = WorkerProcess("w1", env.db.worker_dsn, tmp_path, extra=["--task", "p/b"])
+    try:
+        await w.start()
+        for name in ids["b"]:
+            await wait_run_state(env, runs[name], "succeeded")
+    finally:
+        code = await w.stop()
+    assert code == 0, w.log()
+    for name in ids["a"]:
+        assert (await run_row(env, runs[name]))["state"] == "queued"
 
 
 async def test_timeout_kills_the_job(env: Env, tmp_path: Path) -> None:
