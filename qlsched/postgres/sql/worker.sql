@@ -63,19 +63,25 @@ picked AS (
 
 -- fragment: worker_claimable
 -- A queued Run a worker may take, beside its state and back-off: not asked to cancel, and
--- its latest Attempt pristine (the take re-checks the Attempt under its row lock).
+-- its latest Attempt pristine (the take re-checks the Attempt under its row lock). The
+-- latest Attempt is one backward probe of attempts_run_id_attempt_no_key per candidate, in
+-- a scalar subquery no plan can turn into a join. Rejected: EXISTS of a pristine Attempt
+-- with NOT EXISTS of a later one, which a plan made from statistics of a real history ran
+-- as a hash join over every Attempt ever made (a sequential scan of attempts per claim).
 AND NOT r.cancel_requested
-AND EXISTS (SELECT 1 FROM qlsched.attempts AS a
-             WHERE a.run_id = r.run_id AND a.state = 'claimed'
-               AND a.worker_id IS NULL AND a.lease_id IS NULL
-               AND NOT EXISTS (SELECT 1 FROM qlsched.attempts AS n
-                                WHERE n.run_id = a.run_id
-                                  AND n.attempt_no > a.attempt_no))
+AND (SELECT a.state = 'claimed' AND a.worker_id IS NULL AND a.lease_id IS NULL
+       FROM qlsched.attempts AS a
+      WHERE a.run_id = r.run_id
+      ORDER BY a.attempt_no DESC
+      LIMIT 1)
 
 -- fragment: worker_take
 -- Given `clock` and `picked` (the Runs locked for this worker), the claim itself: each
 -- pristine Attempt becomes `running` under a fresh lease, its Run `running` with a
--- `run.running` event; the rows returned carry the payload.
+-- `run.running` event; the rows returned carry the payload. Each step reaches its rows by
+-- key from the one before, and the Runs' update returns its Attempt's columns too, so no
+-- two of the statement's row sets are joined (a join of two sets the plan expects a row
+-- from each of runs as a nested loop: the square of the claim).
 taken AS (
     UPDATE qlsched.attempts AS a
        SET state = 'running', worker_id = $1, session_id = $2,
@@ -85,8 +91,8 @@ taken AS (
       FROM picked AS p, clock AS c
      WHERE a.run_id = p.run_id AND a.state = 'claimed'
        AND a.worker_id IS NULL AND a.lease_id IS NULL
-       AND NOT EXISTS (SELECT 1 FROM qlsched.attempts AS n
-                        WHERE n.run_id = a.run_id AND n.attempt_no > a.attempt_no)
+       AND a.attempt_no = (SELECT pg_catalog.max(n.attempt_no) FROM qlsched.attempts AS n
+                            WHERE n.run_id = a.run_id)
  RETURNING a.attempt_id, a.run_id, a.attempt_no, a.lease_id, a.lease_expires_at_ms,
            a.started_at_ms
 ),
@@ -96,7 +102,8 @@ started AS (
       FROM taken AS t
      WHERE r.run_id = t.run_id
  RETURNING r.run_id, r.project_id, r.task_id, r.trigger_id, r.idempotency_key,
-           r.scheduled_for_ms
+           r.scheduled_for_ms, t.attempt_id, t.attempt_no, t.lease_id, t.lease_expires_at_ms,
+           t.started_at_ms
 ),
 events AS (
     INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
@@ -106,13 +113,12 @@ events AS (
            'run.running', t.started_at_ms, $1
       FROM taken AS t
 )
-SELECT t.attempt_id::text, t.run_id::text, t.attempt_no, t.lease_id AS lease_token,
-       t.lease_expires_at_ms, t.started_at_ms, s.project_id, s.task_id, s.trigger_id,
+SELECT s.attempt_id::text, s.run_id::text, s.attempt_no, s.lease_id AS lease_token,
+       s.lease_expires_at_ms, s.started_at_ms, s.project_id, s.task_id, s.trigger_id,
        s.idempotency_key, s.scheduled_for_ms, w.payload
-  FROM taken AS t
-  JOIN started AS s ON s.run_id = t.run_id
-  JOIN qlsched.worker_payloads AS w ON w.run_id = t.run_id
- ORDER BY t.started_at_ms, t.run_id
+  FROM started AS s
+  JOIN qlsched.worker_payloads AS w ON w.run_id = s.run_id
+ ORDER BY s.started_at_ms, s.run_id
 
 -- name: worker_heartbeat
 -- Extend the lease of Attempt $1 held under token $2 to $3 ms from the database clock, only
