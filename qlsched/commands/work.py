@@ -109,7 +109,9 @@ async def work(config: WorkerConfig, http: str | None = None) -> int:
             )
             _log(
                 f"{worker_id} working (concurrency {config.concurrency},"
-                f" lease {config.lease_ms} ms)"
+                f" lease {config.lease_ms} ms"
+                + ("" if config.tasks is None else f", only tasks {', '.join(config.tasks)}")
+                + ")"
             )
             print("ready", flush=True)
             await stop.wait()

@@ -131,6 +131,7 @@ async def test_a_worker_of_one_task_leaves_the_others_queued(env: Env, tmp_path:
     finally:
         code = await w.stop()
     assert code == 0, w.log()
+    assert "lease 3000 ms, only tasks p/b)" in w.log()
     for name in ids["a"]:
         assert (await run_row(env, runs[name]))["state"] == "queued"
 
