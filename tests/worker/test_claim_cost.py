@@ -28,7 +28,7 @@ from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
 from tests.worker.support import run_row, worker_db
 
-BACKLOG = 5_000
+BACKLOG = 2_000
 """Older queued Runs of a task the claiming worker does not take."""
 HISTORY = 100_000
 """Finished Runs, each with a succeeded Attempt and two events."""

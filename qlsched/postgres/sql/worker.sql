@@ -80,8 +80,8 @@ AND (SELECT a.state = 'claimed' AND a.worker_id IS NULL AND a.lease_id IS NULL
 -- pristine Attempt becomes `running` under a fresh lease, its Run `running` with a
 -- `run.running` event; the rows returned carry the payload. Each step reaches its rows by
 -- key from the one before, and the Runs' update returns its Attempt's columns too, so no
--- two of the statement's row sets are joined (a join of two sets the plan expects a row
--- from each of runs as a nested loop: the square of the claim).
+-- two of the statement's row sets are joined (a plan that expects one row from each runs
+-- such a join as a nested loop: the square of the claim).
 taken AS (
     UPDATE qlsched.attempts AS a
        SET state = 'running', worker_id = $1, session_id = $2,
