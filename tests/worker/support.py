@@ -85,3 +85,57 @@ async def wait_until(env: Env, sql: str, *args: Any, timeout_s: float = 30.0) ->
             if await env.su_val(sql, *args):
                 return
             await trio.sleep(0.05)
+
+
+_SYNTHETIC_RUNS = """
+WITH t AS (
+    SELECT tr.project_id, tr.trigger_id, tr.revision, tr.task_id, tr.task_revision,
+           tr.execution_revision_id
+      FROM qlsched.triggers AS tr
+     WHERE $3::text IS NULL OR tr.task_id = $3::text
+     ORDER BY tr.project_id, tr.trigger_id
+     LIMIT 1
+), now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms),
+runs AS (
+    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
+        task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,
+        owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,
+        admitted_claim_version, started_at_ms, finished_at_ms)
+    SELECT gen_random_uuid(), t.project_id, t.trigger_id, t.revision, t.task_id,
+           t.task_revision, t.execution_revision_id, x.at_ms,
+           'test:' || t.task_id || ':' || x.state || ':' || i, x.state, 'runtime', x.at_ms,
+           x.at_ms, 'test', gen_random_uuid(), 1,
+           CASE WHEN $4 THEN x.at_ms END, CASE WHEN $4 THEN x.at_ms END
+      FROM t, now, generate_series(1, $1::int) AS i,
+           LATERAL (SELECT now.ms - $2::bigint - i * $5::bigint AS at_ms,
+                           CASE WHEN $4 THEN (ARRAY['succeeded', 'failed', 'cancelled'])[1 + i % 3]
+                                ELSE 'queued' END AS state) AS x
+    RETURNING run_id, state, created_at_ms
+), attempts AS (
+    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
+                                  created_at_ms)
+    SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker',
+           CASE WHEN r.state = 'queued' THEN 'claimed' ELSE r.state END, r.created_at_ms
+      FROM runs AS r
+)
+INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
+SELECT gen_random_uuid(), r.run_id, s, (ARRAY['run.created', 'run.' || r.state])[s],
+       r.created_at_ms, 'test'
+  FROM runs AS r, generate_series(1, 2) AS s
+"""
+
+
+async def synthetic_runs(
+    env: Env,
+    n: int,
+    *,
+    age_ms: int,
+    finished: bool,
+    task: str | None = None,
+    spacing_ms: int = 1,
+) -> None:
+    """``n`` Runs of one trigger (of ``task``; None: the first), written directly (fast, for
+    a history or a backlog), each with an Attempt and two events: finished ones (succeeded,
+    failed and cancelled in turn) that ended, or queued ones with a pristine Attempt queued,
+    ``age_ms`` ago and every ``spacing_ms`` before that."""
+    await env.su_exec(_SYNTHETIC_RUNS, n, age_ms, task, finished, spacing_ms)

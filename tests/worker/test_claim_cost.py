@@ -26,76 +26,16 @@ from qlsched.postgres import worker
 from qlsched.postgres.queries import query
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
-from tests.worker.support import run_row, worker_db
+from tests.worker.support import run_row, synthetic_runs, worker_db
 
 BACKLOG = 2_000
 """Older queued Runs of a task the claiming worker does not take."""
 HISTORY = 100_000
-"""Finished Runs, each with a succeeded Attempt and two events."""
+"""Finished Runs of task a, each with its Attempt and two events."""
 LIMIT = 16
 PER_CLAIMED_MAX = 8
 """Rows one plan node may handle per Run a claim may take (a Run, its Attempts, its
 events); the filtered walk handled the whole backlog."""
-
-_QUEUE = """
-WITH t AS (
-    SELECT tr.project_id, tr.trigger_id, tr.revision, tr.task_id, tr.task_revision,
-           tr.execution_revision_id
-      FROM qlsched.triggers AS tr WHERE tr.task_id = $3
-), now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms),
-runs AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-        task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,
-        owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,
-        admitted_claim_version)
-    SELECT gen_random_uuid(), t.project_id, t.trigger_id, t.revision, t.task_id,
-           t.task_revision, t.execution_revision_id, now.ms - $2 - i,
-           'test:queued:' || $3 || ':' || i, 'queued', 'runtime', now.ms - $2 - i,
-           now.ms - $2 - i, 'test', gen_random_uuid(), 1
-      FROM t, now, generate_series(1, $1::int) AS i
-    RETURNING run_id, created_at_ms
-), attempts AS (
-    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
-                                  created_at_ms)
-    SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker', 'claimed', r.created_at_ms
-      FROM runs AS r
-)
-INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
-SELECT gen_random_uuid(), r.run_id, s, (ARRAY['run.created', 'run.queued'])[s],
-       r.created_at_ms, 'test'
-  FROM runs AS r, generate_series(1, 2) AS s
-"""
-"""$1 queued Runs of task $3 with pristine Attempts, queued $2 ms and more ago."""
-
-_HISTORY = """
-WITH t AS (
-    SELECT tr.project_id, tr.trigger_id, tr.revision, tr.task_id, tr.task_revision,
-           tr.execution_revision_id
-      FROM qlsched.triggers AS tr WHERE tr.task_id = 'a'
-), now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms),
-runs AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-        task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,
-        owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,
-        admitted_claim_version, started_at_ms, finished_at_ms)
-    SELECT gen_random_uuid(), t.project_id, t.trigger_id, t.revision, t.task_id,
-           t.task_revision, t.execution_revision_id, now.ms - $2 - i,
-           'test:history:' || i, 'succeeded', 'runtime', now.ms - $2 - i, now.ms - $2 - i,
-           'test', gen_random_uuid(), 1, now.ms - $2 - i, now.ms - $2 - i
-      FROM t, now, generate_series(1, $1::int) AS i
-    RETURNING run_id, created_at_ms
-), attempts AS (
-    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
-                                  created_at_ms)
-    SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker', 'succeeded', r.created_at_ms
-      FROM runs AS r
-)
-INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
-SELECT gen_random_uuid(), r.run_id, s, (ARRAY['run.created', 'run.succeeded'])[s],
-       r.created_at_ms, 'test'
-  FROM runs AS r, generate_series(1, 2) AS s
-"""
-"""$1 finished Runs of task a, each with its Attempt, that ended $2 ms and more ago."""
 
 
 @pytest.fixture
@@ -113,7 +53,7 @@ async def env(pg_db: TestDatabase) -> AsyncIterator[Env]:
 
 
 async def _queue(env: Env, task: str, n: int, age_ms: int) -> None:
-    await env.su_exec(_QUEUE, n, age_ms, task)
+    await synthetic_runs(env, n, age_ms=age_ms, finished=False, task=task)
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -183,7 +123,7 @@ async def test_a_claim_never_reads_a_backlog_or_the_history(
     of LIMIT Runs handles at most PER_CLAIMED_MAX rows per Run in any plan node, whichever
     tasks it takes and whichever plan runs it (a worker of task b walked all of task a's
     backlog; any claim read every Attempt once the statistics knew the history)."""
-    await env.su_exec(_HISTORY, HISTORY, 3_600_000)
+    await synthetic_runs(env, HISTORY, age_ms=3_600_000, finished=True, task="a")
     await _queue(env, "a", BACKLOG, 600_000)
     await _queue(env, "b", LIMIT, 1_000)
     await _queue(env, "c", LIMIT, 2_000)

@@ -19,7 +19,7 @@ from qlsched.postgres import worker
 from qlsched.postgres.retention import prune_batch, read_totals, set_retention
 from tests.integration.adapter_support import Env, open_env
 from tests.support.pg import TestDatabase
-from tests.worker.support import admitted, claim, worker_db
+from tests.worker.support import admitted, claim, synthetic_runs, worker_db
 
 OK = JobResult(end="succeeded", code="succeeded", exit_code=0, output_tail="ok\n")
 FAILED = JobResult(end="failed", code="exit_nonzero", exit_code=1, output_tail="no\n")
@@ -140,7 +140,7 @@ async def test_two_pruners_at_once_take_disjoint_batches_and_count_exactly(env: 
     their counts add up exactly to the rows that were there (and to the stored totals)."""
     await env.publish(_one_trigger())
     history = 3_000
-    await env.su_exec(_SYNTHETIC_HISTORY, history, 2 * HOUR_MS)
+    await synthetic_runs(env, history, age_ms=2 * HOUR_MS, finished=True, spacing_ms=1000)
     [[runs, attempts, events]] = [
         tuple(r)
         for r in await env.su(
@@ -180,7 +180,7 @@ async def test_runs_locked_by_another_pruner_are_skipped_not_waited_on(env: Env)
     (the runtime role's lock timeout would fail it) nor deletes one; it takes the next
     oldest ones, and the locked Runs are pruned once they are free."""
     await env.publish(_one_trigger())
-    await env.su_exec(_SYNTHETIC_HISTORY, 30, 2 * HOUR_MS)
+    await synthetic_runs(env, 30, age_ms=2 * HOUR_MS, finished=True, spacing_ms=1000)
     await set_retention_ms(env, HOUR_MS)
     held = await env.connect()
     await held.execute("BEGIN")
@@ -207,7 +207,7 @@ async def test_a_failing_batch_is_a_diagnostic_and_the_next_pass_goes_on(env: En
     next pass, once the cause is gone, deletes and counts as usual; a pass sends batches
     until one comes back short."""
     await env.publish(_one_trigger())
-    await env.su_exec(_SYNTHETIC_HISTORY, 25, 2 * HOUR_MS)
+    await synthetic_runs(env, 25, age_ms=2 * HOUR_MS, finished=True, spacing_ms=1000)
     await set_retention_ms(env, HOUR_MS)
     registry = CollectorRegistry()
     pruner = Pruner(
@@ -238,36 +238,3 @@ def _one_trigger() -> Any:
     from tests.worker.support import task_file
 
     return task_file(1)
-
-
-_SYNTHETIC_HISTORY = """
-WITH t AS (
-    SELECT s.project_id, s.trigger_id, s.trigger_revision, tr.task_id, tr.task_revision,
-           tr.execution_revision_id
-      FROM qlsched.trigger_schedules AS s
-      JOIN qlsched.triggers AS tr USING (project_id, trigger_id)
-     LIMIT 1
-), now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms),
-runs AS (
-    INSERT INTO qlsched.runs (run_id, project_id, trigger_id, trigger_revision, task_id,
-        task_revision, execution_revision_id, scheduled_for_ms, idempotency_key, state,
-        owner, queued_at_ms, created_at_ms, admitted_by_owner, admitted_claim_token,
-        admitted_claim_version, started_at_ms, finished_at_ms)
-    SELECT gen_random_uuid(), t.project_id, t.trigger_id, t.trigger_revision, t.task_id,
-           t.task_revision, t.execution_revision_id, now.ms - $2 - i * 1000,
-           'test:history:' || i, (ARRAY['succeeded', 'failed', 'cancelled'])[1 + i % 3],
-           'runtime', now.ms - $2 - i * 1000, now.ms - $2 - i * 1000, 'test',
-           gen_random_uuid(), 1, now.ms - $2 - i * 1000, now.ms - $2 - i * 1000
-      FROM t, now, generate_series(1, $1::int) AS i
-    RETURNING run_id, created_at_ms
-), attempts AS (
-    INSERT INTO qlsched.attempts (attempt_id, run_id, attempt_no, executor_kind, state,
-                                  created_at_ms)
-    SELECT gen_random_uuid(), r.run_id, 1, 'remote_worker', 'succeeded', r.created_at_ms
-      FROM runs AS r
-)
-INSERT INTO qlsched.run_events (event_id, run_id, seq, type, at_ms, actor)
-SELECT gen_random_uuid(), r.run_id, s, (ARRAY['run.created', 'run.succeeded'])[s],
-       r.created_at_ms, 'test'
-  FROM runs AS r, generate_series(1, 2) AS s
-"""
