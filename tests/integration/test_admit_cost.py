@@ -12,8 +12,7 @@ a few per admitted row.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from qlsched.cluster.metrics import Metrics
@@ -32,6 +31,7 @@ from tests.integration.adapter_support import (
     run_round,
 )
 from tests.support.memory_sink import MemorySink
+from tests.support.plans import analyzed, heaviest, nodes
 
 BATCH = 256
 """The catch-up budget: the largest batch a replica sends."""
@@ -40,59 +40,26 @@ PER_ROW_MAX = 4
 linear plan needs); a nested loop over the batch twice handles BATCH per row."""
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _nodes(child)
-
-
-def _work(node: dict[str, Any]) -> float:
-    """Rows the node handled over all its loops: those it returned and those it filtered
-    out (EXPLAIN reports both per loop)."""
-    per_loop = (
-        node.get("Actual Rows", 0)
-        + node.get("Rows Removed by Join Filter", 0)
-        + node.get("Rows Removed by Filter", 0)
-    )
-    return float(node.get("Actual Loops", 0) * per_loop)
-
-
 async def _analyzed(env: Env, sql: str, args: Sequence[Any]) -> dict[str, Any]:
     """The plan of ``sql`` with ``args`` as the admit pool runs it (a prepared statement
     with a generic plan, the pool's settings, SERIALIZABLE, the runtime role), executed and
-    rolled back; ``auto_explain`` sends it to this client as a notice."""
-    conn = await env.connect()  # a superuser loads auto_explain, then becomes the runtime
-    notices: list[str] = []
-    conn.conn.add_log_listener(lambda _c, message: notices.append(message.message))
-    await conn.execute("LOAD 'auto_explain'")
-    for name, value in {
-        **ADMIT_SETTINGS,
-        "auto_explain.log_min_duration": "0",
-        "auto_explain.log_analyze": "on",
-        "auto_explain.log_format": "json",
-        "auto_explain.log_level": "notice",
-    }.items():
-        await conn.fetchval("SELECT pg_catalog.set_config($1, $2, false)", name, value)
-    await conn.execute("SET ROLE qlsched_runtime")
-    await conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-    notices.clear()
-    await conn.fetch(sql, *args)
-    await conn.execute("ROLLBACK")
-    [text] = [n for n in notices if "Insert on runs" in n or '"Relation Name": "runs"' in n]
-    plan: dict[str, Any] = json.loads(text[text.index("{") :])["Plan"]
+    rolled back."""
+    plan, _ = await analyzed(
+        env,
+        sql,
+        args,
+        role="qlsched_runtime",
+        settings=ADMIT_SETTINGS,
+        begin="BEGIN ISOLATION LEVEL SERIALIZABLE",
+        marks=("Insert on runs", '"Relation Name": "runs"'),
+    )
     return plan
-
-
-def _heaviest(plan: dict[str, Any]) -> tuple[float, str]:
-    node = max(_nodes(plan), key=_work)
-    names = ("Node Type", "CTE Name", "Index Name", "Index Cond")
-    return _work(node), " ".join(str(node[k]) for k in names if node.get(k))
 
 
 def _inserted(plan: dict[str, Any], table: str) -> float:
     return sum(
         n.get("Actual Rows", 0)
-        for n in _nodes(plan)
+        for n in nodes(plan)
         if n.get("Operation") == "Insert" and n.get("Relation Name") == table
     )
 
@@ -107,7 +74,7 @@ async def test_a_batch_admits_work_is_linear_in_its_rows(env: Env) -> None:
     fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
     plan = await _analyzed(env, query("admit"), ["r1", *admit_args(fires)])
     assert _inserted(plan, "runs") == BATCH  # the whole batch was admitted, not refused
-    work, node = _heaviest(plan)
+    work, node = heaviest(plan)
     assert work <= PER_ROW_MAX * BATCH, (work, node)
 
 
@@ -141,7 +108,7 @@ async def test_a_backfill_chunks_work_is_linear_in_its_occurrences(env: Env) -> 
     assert len(chunk.occurrences) == BATCH
     plan = await _analyzed(env, query("request_admit"), request_admit_args(chunk))
     assert _inserted(plan, "runs") == BATCH
-    work, node = _heaviest(plan)
+    work, node = heaviest(plan)
     assert work <= PER_ROW_MAX * BATCH, (work, node)
 
 
@@ -167,5 +134,5 @@ async def test_a_cancel_other_admits_work_is_linear_in_its_rows_not_the_history(
     fires = [fire_for(c, now_ms=c.cursor_ms) for c in claims]
     plan = await _analyzed(env, query("admit"), ["r1", *admit_args(fires)])
     assert _inserted(plan, "runs") == BATCH
-    work, node = _heaviest(plan)
+    work, node = heaviest(plan)
     assert work <= PER_ROW_MAX * BATCH, (work, node)

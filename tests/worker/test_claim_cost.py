@@ -15,8 +15,7 @@ its filters removed, stay within a few per claimed Run.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from qlsched.postgres import worker
 from qlsched.postgres.queries import query
 from tests.integration.adapter_support import Env, open_env, trigger
 from tests.support.pg import TestDatabase
+from tests.support.plans import analyzed, heaviest
 from tests.worker.support import run_row, synthetic_runs, worker_db
 
 BACKLOG = 2_000
@@ -56,55 +56,22 @@ async def _queue(env: Env, task: str, n: int, age_ms: int) -> None:
     await synthetic_runs(env, n, age_ms=age_ms, finished=False, task=task)
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _nodes(child)
-
-
-def _work(node: dict[str, Any]) -> float:
-    per_loop = (
-        node.get("Actual Rows", 0)
-        + node.get("Rows Removed by Join Filter", 0)
-        + node.get("Rows Removed by Filter", 0)
-    )
-    return float(node.get("Actual Loops", 0) * per_loop)
-
-
 async def _analyzed(
     env: Env, name: str, args: Sequence[Any], *, generic: bool = False
 ) -> tuple[dict[str, Any], int]:
     """The plan of statement ``name`` as the worker's pool runs it (the worker role, the
-    server's plan settings; ``generic``: the generic plan), executed and rolled back, and
-    the Runs it took."""
-    conn = await env.connect()  # a superuser loads auto_explain, then becomes the worker
-    notices: list[str] = []
-    conn.conn.add_log_listener(lambda _c, message: notices.append(message.message))
-    await conn.execute("LOAD 'auto_explain'")
-    for setting, value in {
-        "auto_explain.log_min_duration": "0",
-        "auto_explain.log_analyze": "on",
-        "auto_explain.log_format": "json",
-        "auto_explain.log_level": "notice",
-    }.items():
-        await conn.fetchval("SELECT pg_catalog.set_config($1, $2, false)", setting, value)
-    await conn.execute("ANALYZE qlsched.runs, qlsched.attempts, qlsched.run_events")
-    if generic:
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute("SET ROLE qlsched_worker")
-    await conn.execute("BEGIN")
-    notices.clear()
-    rows = await conn.fetch(query(name), *args)
-    await conn.execute("ROLLBACK")
-    [text] = [n for n in notices if "worker_payloads" in n]
-    plan: dict[str, Any] = json.loads(text[text.index("{") :])["Plan"]
-    return plan, len(rows)
-
-
-def _heaviest(plan: dict[str, Any]) -> tuple[float, str]:
-    node = max(_nodes(plan), key=_work)
-    names = ("Node Type", "CTE Name", "Index Name", "Relation Name")
-    return _work(node), " ".join(str(node[k]) for k in names if node.get(k))
+    server's plan settings; ``generic``: the generic plan), on fresh statistics, executed
+    and rolled back, and the Runs it took."""
+    return await analyzed(
+        env,
+        query(name),
+        args,
+        role="qlsched_worker",
+        settings={"plan_cache_mode": "force_generic_plan"} if generic else {},
+        begin="BEGIN",
+        marks=("worker_payloads",),
+        analyze="qlsched.runs, qlsched.attempts, qlsched.run_events",
+    )
 
 
 @pytest.mark.parametrize("plan_kind", ["custom", "generic"])
@@ -130,7 +97,7 @@ async def test_a_claim_never_reads_a_backlog_or_the_history(
     args = ["w1", "s1", LIMIT, 30_000] + ([] if tasks is None else [tasks])
     plan, taken = await _analyzed(env, statement, args, generic=plan_kind == "generic")
     assert taken == LIMIT
-    work, node = _heaviest(plan)
+    work, node = heaviest(plan)
     assert work <= PER_CLAIMED_MAX * LIMIT, (work, node)
 
 
