@@ -140,7 +140,16 @@ def _main() -> int:
         # ignored, a signal that already arrived runs no handler at all.
         _ignore_signals()
     except BaseException as exc:
-        if not _signals_ignored_then_interrupted(exc):
+        while True:
+            # CPython runs a pending signal's handler at a function's first line: a second
+            # Ctrl-C can raise at the call's entry, before the function's own loop (below)
+            # guards anything. It is the same interrupt: call again.
+            try:
+                is_interrupt = _signals_ignored_then_interrupted(exc)
+            except KeyboardInterrupt:
+                continue
+            break
+        if not is_interrupt:
             raise
         code = INTERRUPTED
         print("qlsched: interrupted", file=sys.stderr, flush=True)  # noqa: T201

@@ -183,3 +183,60 @@ def test_a_ctrl_c_while_the_command_loads_leaves_sigint_ignored(
     monkeypatch.setattr(qlsched.cli, "chosen_command", chosen_with_a_ctrl_c)
     assert entry._load_command() == (True, "status")
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def _interrupted_at_entry_once(real: Callable[[BaseException], bool]) -> Callable[..., bool]:
+    """``_signals_ignored_then_interrupted`` whose first call raises KeyboardInterrupt before
+    its body runs: a second Ctrl-C's handler run at the function's first line."""
+    calls: list[int] = []
+
+    def wrapped(exc: BaseException) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(exc)
+
+    return wrapped
+
+
+def test_a_second_ctrl_c_at_the_handlings_first_line_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], handlers: None
+) -> None:
+    """Rule: a second Ctrl-C whose handler runs as the first one's handling is entered (at
+    the function's first line, before its own loop guards anything; 0.16 ms apart while
+    `edge status` loaded Trio, once in CI) still ends as one ``qlsched: interrupted``, exit
+    130, not a traceback."""
+    monkeypatch.setattr(entry, "_load_command", lambda: (False, "status"))
+    monkeypatch.setattr(qlsched.cli, "main", _interrupted_command)
+    real = entry._signals_ignored_then_interrupted
+    monkeypatch.setattr(
+        entry, "_signals_ignored_then_interrupted", _interrupted_at_entry_once(real)
+    )
+
+    try:
+        code = entry.main()
+    except KeyboardInterrupt:
+        pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
+    assert code == 130
+    assert capsys.readouterr().err == "qlsched: interrupted\n"
+
+
+LOAD_EDGE = """
+import sys
+sys.argv = ["qlsched", "edge", "status"]
+from qlsched import entry
+from qlsched.commands.edge import SUBCOMMANDS
+entry._load_command()
+missing = [n for n in SUBCOMMANDS if "qlsched.commands.edge." + n not in sys.modules]
+print(missing, "trio" in sys.modules)
+"""
+
+
+def test_an_edge_command_loads_its_subcommands_before_sigint_can_raise() -> None:
+    """Rule: for ``edge ...``, the subcommands' modules (and Trio, which they import) load
+    while a SIGINT is only noted: the parser imports them all for their flags, and a Ctrl-C
+    raised into that import came out as a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_EDGE], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "[] True", done.stderr

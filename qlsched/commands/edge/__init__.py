@@ -27,6 +27,10 @@ SUBCOMMANDS = {
     "trigger": "ask for one Run of a trigger now",
     "backfill": "ask for the Runs of a trigger's occurrences in a past range",
 }
+PRELOAD = tuple(f"qlsched.commands.edge.{name}" for name in SUBCOMMANDS)
+"""The subcommands' modules, which ``add_arguments`` imports (and Trio with them): loaded
+by ``qlsched.entry`` while a SIGINT is only noted, not raised into an import (a Ctrl-C
+0.4 s after `edge status` started landed in Trio's import, then a second in its handling)."""
 DB_HELP = (
     "the Edge database file (default: QLSCHED_EDGE_DB, else edge.sqlite3 under the user's"
     " data directory, /var/lib/qlsched as root)"
