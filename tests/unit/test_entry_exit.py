@@ -45,6 +45,17 @@ def _interrupted_command() -> int:
     raise KeyboardInterrupt
 
 
+def _ends_as_one_interrupt(capsys: pytest.CaptureFixture[str]) -> None:
+    """``entry.main`` returns 130 with one ``qlsched: interrupted``: no KeyboardInterrupt
+    leaves it (Python would print it and die by SIGINT, exit -2)."""
+    try:
+        code = entry.main()
+    except KeyboardInterrupt:
+        pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
+    assert code == 130
+    assert capsys.readouterr().err == "qlsched: interrupted\n"
+
+
 @pytest.mark.parametrize(
     "command",
     [lambda: 0, _interrupted_command],
@@ -65,12 +76,7 @@ def test_a_ctrl_c_before_signals_are_ignored_is_exit_130(
     monkeypatch.setattr(qlsched.cli, "main", command)
     monkeypatch.setattr(signal, "signal", _interrupt_at_first_ignore(signal.signal))
 
-    try:
-        code = entry.main()
-    except KeyboardInterrupt:
-        pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
-    assert code == 130
-    assert capsys.readouterr().err == "qlsched: interrupted\n"
+    _ends_as_one_interrupt(capsys)
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
@@ -213,12 +219,7 @@ def test_a_second_ctrl_c_at_the_handlings_first_line_is_exit_130(
         entry, "_signals_ignored_then_interrupted", _interrupted_at_entry_once(real)
     )
 
-    try:
-        code = entry.main()
-    except KeyboardInterrupt:
-        pytest.fail("a KeyboardInterrupt left qlsched.entry.main")
-    assert code == 130
-    assert capsys.readouterr().err == "qlsched: interrupted\n"
+    _ends_as_one_interrupt(capsys)
 
 
 LOAD_EDGE = """
