@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 from functools import partial
@@ -27,7 +26,8 @@ from qlsched.allocator import hold_mmap_threshold
 from qlsched.commands._common import run_command
 from qlsched.commands._local import local_dsn
 from qlsched.core.config import ConfigError
-from qlsched.core.specs import ID_PATTERN, ID_RULE
+from qlsched.core.control import id_pair
+from qlsched.core.specs import ID_RULE
 from qlsched.core.tomlfile import printable
 from qlsched.postgres.errors import SchemaNotReady
 from qlsched.postgres.login import WORKER, read_login, require
@@ -38,7 +38,6 @@ from qlsched.worker import WorkerConfig, WorkerMetrics, serve_worker
 from qlsched.worker.http import serve_worker_http
 
 DSN_ENV = "QLSCHED_WORKER_DSN"
-ID = re.compile(ID_PATTERN)
 READINESS_LEASE_MS = 30_000
 """The scheduler's default lease, which readiness compares the runtime's timeouts against
 (the worker's own lease is not the runtime's)."""
@@ -57,8 +56,7 @@ def _tasks(values: list[str] | None) -> tuple[str, ...] | None:
     if not values:
         return None
     for value in values:
-        project, slash, task = value.partition("/")
-        if not slash or not ID.match(project) or not ID.match(task):
+        if id_pair(value) is None:
             raise ConfigError(f"--task {printable(value)}: expected PROJECT/TASK, each {ID_RULE}")
     return tuple(dict.fromkeys(values))
 

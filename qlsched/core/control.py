@@ -53,10 +53,19 @@ def trigger_ref(text: str) -> TriggerRef:
         raise ControlError(
             f"a trigger reference must be PROJECT/TRIGGER text, got {type(text).__name__}"
         )
-    project, sep, trigger = text.partition("/")
-    if not sep or not _ID.match(project) or not _ID.match(trigger):
+    pair = id_pair(text)
+    if pair is None:
         raise ControlError(f"{quoted(text)} is not PROJECT/TRIGGER (each id {ID_RULE})")
-    return TriggerRef(project, trigger)
+    return TriggerRef(*pair)
+
+
+def id_pair(text: str) -> tuple[str, str] | None:
+    """``A/B`` as its two ids (a trigger's or a task's reference), or None when it is not
+    two valid ids around one ``/``."""
+    first, sep, second = text.partition("/")
+    if not sep or not _ID.match(first) or not _ID.match(second):
+        return None
+    return first, second
 
 
 def checked_ref(trigger: object) -> TriggerRef:
