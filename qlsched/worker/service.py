@@ -96,16 +96,20 @@ class _Worker:
         self.session_id = uuid.uuid4().hex
         self.running = 0
         self.slot_freed = trio.Event()
+        self._tasks = self._chosen_tasks()
 
     def tasks(self) -> list[str] | None:
-        """The tasks this worker takes (None: all): those it can run (all when it runs
-        commands, else its handlers'), narrowed to ``config.tasks`` when set."""
-        can = None if self.config.run_commands else set(self.handlers)
-        wanted = None if self.config.tasks is None else set(self.config.tasks)
-        if can is None or wanted is None:
-            chosen = can if wanted is None else wanted
-            return None if chosen is None else sorted(chosen)
-        return sorted(can & wanted)
+        """The tasks this worker takes (None: all), fixed for its life."""
+        return self._tasks
+
+    def _chosen_tasks(self) -> list[str] | None:
+        """Those it can run (all when it runs commands, else its handlers'), narrowed to
+        ``config.tasks`` when set."""
+        chosen = None if self.config.run_commands else set(self.handlers)
+        if self.config.tasks is not None:
+            wanted = set(self.config.tasks)
+            chosen = wanted if chosen is None else chosen & wanted
+        return None if chosen is None else sorted(chosen)
 
     async def poll_once(self, nursery: trio.Nursery) -> int:
         """Reap expired leases, then claim what the free slots allow; returns claims."""
